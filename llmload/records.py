@@ -1,0 +1,81 @@
+"""One finished request, as measured by the client.
+
+All times are ``time.perf_counter()`` seconds on the measuring process (CLOCK_MONOTONIC on Linux, so
+comparable with the simulator's trace on the same host). Metrics are computed from these raw values
+(see ``llmload.metrics``), never from Locust's rounded histograms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """Everything measured about one request; the unit shipped from workers to the master."""
+
+    request_id: str = ""
+    backend: str = ""
+    #: prompt length from the dataset (tokenized before the run)
+    prompt_len: int = 0
+    #: output length asked for (``max_tokens``)
+    expected_output_len: int = 0
+    #: open loop: when the schedule wanted this request sent; None in closed loop
+    intended_send: float | None = None
+    #: ``st``: immediately before the request was sent, after any concurrency slot was acquired
+    start: float = 0.0
+    #: arrival of the first event that counts as the first token (per ``ttft_rule``)
+    first_token: float | None = None
+    #: arrival of every counted event, first one included; ``chunk_times[-1]`` is the end of E2EL
+    chunk_times: list[float] = field(default_factory=list)
+    #: tokens carried by each counted event, when the wire says (else 1 each)
+    chunk_tokens: list[int] = field(default_factory=list)
+    #: final output token count (see ``output_tokens_source``)
+    output_tokens: int = 0
+    #: "usage" (server usage), "tokenizer" (re-tokenized text) or "chunks" (one per event)
+    output_tokens_source: str = "chunks"
+    #: ``usage.prompt_tokens`` when the server reported it
+    server_prompt_tokens: int | None = None
+    generated_text: str = ""
+    success: bool = False
+    #: one line; empty when successful
+    error: str = ""
+    status_code: int = 0
+    #: set when the run ended while the request was in flight
+    cut_off: bool = False
+    #: which load process measured it (for distributed runs)
+    worker: str = ""
+    #: conversation / turn index for multi-turn replay
+    conversation_id: str = ""
+    turn: int = 0
+
+    @property
+    def end(self) -> float | None:
+        return self.chunk_times[-1] if self.chunk_times else None
+
+    @property
+    def ttft(self) -> float | None:
+        return None if self.first_token is None else self.first_token - self.start
+
+    @property
+    def e2el(self) -> float | None:
+        end = self.end
+        return None if end is None else end - self.start
+
+    @property
+    def itls(self) -> list[float]:
+        t = self.chunk_times
+        return [t[i] - t[i - 1] for i in range(1, len(t))]
+
+    @property
+    def queue_time(self) -> float | None:
+        return None if self.intended_send is None else self.start - self.intended_send
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
+        names = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in data.items() if k in names})
