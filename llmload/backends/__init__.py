@@ -1,0 +1,39 @@
+"""Wire dialects by ``--backend`` name: build the request body, read one stream event.
+
+A new dialect is one module here with a :class:`Backend` subclass, plus one line in ``_CLASSES``.
+"""
+
+from __future__ import annotations
+
+from llmload.backends.base import Backend, StreamEvent
+from llmload.backends.modular import ModularChat, ModularCompletions
+from llmload.backends.openai import OpenAIChat, OpenAICompletions, VLLMCompletions
+from llmload.backends.sglang import SGLangNative
+from llmload.backends.tensorrt_llm import TensorRTLLM
+from llmload.backends.tgi import TGI
+from llmload.errors import ConfigError
+
+__all__ = ["BACKENDS", "Backend", "StreamEvent", "get_backend"]
+
+_CLASSES: tuple[type[Backend], ...] = (
+    VLLMCompletions,
+    OpenAICompletions,
+    OpenAIChat,
+    SGLangNative,
+    ModularCompletions,
+    ModularChat,
+    TGI,
+    TensorRTLLM,
+)
+_INSTANCES: dict[str, Backend] = {cls.name: cls() for cls in _CLASSES}
+
+#: valid ``--backend`` names
+BACKENDS: tuple[str, ...] = tuple(_INSTANCES)
+
+
+def get_backend(name: str) -> Backend:
+    """The (stateless, shared) backend for ``name``; :class:`ConfigError` names the valid ones."""
+    try:
+        return _INSTANCES[name]
+    except KeyError:
+        raise ConfigError(f"--backend: unknown backend {name!r}; valid: {', '.join(BACKENDS)}") from None

@@ -1,0 +1,112 @@
+"""OpenAI-compatible streams: ``/v1/completions`` (vllm, openai) and ``/v1/chat/completions``.
+
+One parser reads both: completion choices carry ``text``, chat choices carry ``delta``. Usage is
+read from any event that has it: a usage-only last chunk (vLLM) or the finish chunk together with
+``choices`` (transformers serve), so neither placement counts 0 output tokens.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llmload.backends.base import EMPTY, Backend, StreamEvent, as_int, as_str, decode_response
+from llmload.errors import EndpointError
+
+
+def _usage(data: dict) -> tuple[int | None, int | None]:
+    usage = data.get("usage")
+    if not usage:
+        return None, None
+    return as_int(usage.get("completion_tokens")), as_int(usage.get("prompt_tokens"))
+
+
+class OpenAICompletions(Backend):
+    """``/v1/completions`` as vLLM's benchmark client sends it (minus vLLM-only sampling fields)."""
+
+    name = "openai"
+    default_path = "/v1/completions"
+
+    def _body(
+        self, prompt: str, output_len: int, *, model: str, ignore_eos: bool, messages: list[dict] | None
+    ) -> dict:
+        body: dict = {
+            "model": model,
+            "prompt": prompt,
+            "temperature": 0.0,
+            "max_tokens": output_len,
+            "logprobs": None,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if ignore_eos:  # only when asked: strict servers answer unknown fields with 422
+            body["ignore_eos"] = True
+        return body
+
+    def _event(self, data: dict, state: Any) -> StreamEvent:
+        completion_tokens, prompt_tokens = _usage(data)
+        choices = data.get("choices")
+        if not choices:
+            if completion_tokens is None and prompt_tokens is None:
+                return EMPTY
+            return StreamEvent(completion_tokens=completion_tokens, prompt_tokens=prompt_tokens)
+        choice = choices[0]
+        delta = choice.get("delta")
+        if delta is None:  # completions
+            text = as_str(choice.get("text"))
+            reasoning = ""
+            content = bool(text)
+        else:  # chat: a role-only delta is not content
+            text = as_str(delta.get("content"))
+            reasoning = as_str(delta.get("reasoning_content")) or as_str(delta.get("reasoning"))
+            content = bool(text or reasoning or delta.get("tool_calls"))
+        finish = choice.get("finish_reason")
+        return StreamEvent(
+            text,
+            content,
+            True,
+            None,
+            completion_tokens,
+            prompt_tokens,
+            finish if isinstance(finish, str) else None,
+            None,
+            reasoning,
+        )
+
+    def parse_response(self, body: bytes) -> tuple[str, int | None, int | None]:
+        data = decode_response(body)
+        try:
+            choice = data["choices"][0]
+            message = choice.get("message")
+            text = as_str(choice.get("text")) if message is None else as_str(message.get("content"))
+        except (TypeError, KeyError, IndexError, AttributeError):
+            raise EndpointError(f"{self.name}: response has no choices[0] text") from None
+        return (text, *_usage(data))
+
+
+class VLLMCompletions(OpenAICompletions):
+    """vLLM's ``/v1/completions``: the same wire as OpenAI's, named for vLLM-style runs."""
+
+    name = "vllm"
+
+
+class OpenAIChat(OpenAICompletions):
+    """``/v1/chat/completions``; vLLM sends a role-only first chunk, which is not content."""
+
+    name = "openai-chat"
+    default_path = "/v1/chat/completions"
+    chat = True
+
+    def _body(
+        self, prompt: str, output_len: int, *, model: str, ignore_eos: bool, messages: list[dict] | None
+    ) -> dict:
+        body: dict = {
+            "model": model,
+            "messages": messages if messages is not None else [{"role": "user", "content": prompt}],
+            "temperature": 0.0,
+            "max_completion_tokens": output_len,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if ignore_eos:
+            body["ignore_eos"] = True
+        return body
