@@ -1,0 +1,119 @@
+"""Open-loop arrival schedules: absolute send offsets computed in advance.
+
+vLLM-exact schedule (``benchmark_serving.py::get_request``), for request ``i`` of ``n``:
+
+    rate_i  = start + (end - start) * i / (n - 1)          ramp-up "linear"
+            = start * (end / start) ** (i / (n - 1))       ramp-up "exponential"
+            = request_rate                                 otherwise
+    d_i     ~ Gamma(shape=b, scale=1 / (rate_i * b))       (0 when rate_i is inf; b = burstiness, 1 = Poisson)
+    t_i     = d_0 + d_1 + ... + d_i                        (the first request waits d_0)
+    t_i    *= (n / request_rate) / t_{n-1}                 only without ramp-up and when t_{n-1} != 0
+
+One ``rng.gamma`` draw per request, in order, so ``numpy.random.RandomState(seed)`` reproduces vLLM's
+``np.random.seed(seed)`` schedule exactly. Every worker computes the same schedule from the seed and takes
+its share with :func:`share_for_worker`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from llmload.errors import ConfigError
+
+RAMP_UP_STRATEGIES = ("linear", "exponential")
+
+
+def validate_arrivals(
+    request_rate: float,
+    burstiness: float = 1.0,
+    ramp_up_strategy: str | None = None,
+    ramp_up_start_rps: float | None = None,
+    ramp_up_end_rps: float | None = None,
+) -> None:
+    """Raise :class:`ConfigError` for settings vLLM rejects (or would crash on)."""
+    if math.isnan(request_rate) or request_rate <= 0:
+        raise ConfigError(f"--request-rate must be > 0 (or inf), got {request_rate}")
+    if math.isnan(burstiness) or burstiness <= 0:
+        raise ConfigError(f"--burstiness must be > 0, got {burstiness}")
+    if ramp_up_strategy is None:
+        if ramp_up_start_rps is not None or ramp_up_end_rps is not None:
+            raise ConfigError(
+                "--ramp-up-start-rps/--ramp-up-end-rps need --ramp-up-strategy linear|exponential"
+            )
+        return
+    if ramp_up_strategy not in RAMP_UP_STRATEGIES:
+        raise ConfigError(f"--ramp-up-strategy must be linear or exponential, got {ramp_up_strategy!r}")
+    if not math.isinf(request_rate):
+        raise ConfigError("--request-rate cannot be combined with --ramp-up-strategy; the ramp sets the rate")
+    if ramp_up_start_rps is None or ramp_up_end_rps is None:
+        raise ConfigError("--ramp-up-strategy needs both --ramp-up-start-rps and --ramp-up-end-rps")
+    if ramp_up_start_rps < 0 or ramp_up_end_rps < 0:
+        raise ConfigError("--ramp-up-start-rps and --ramp-up-end-rps must be non-negative")
+    if ramp_up_start_rps > ramp_up_end_rps:
+        raise ConfigError("--ramp-up-start-rps must not exceed --ramp-up-end-rps")
+    if ramp_up_start_rps == 0:
+        # exponential: vLLM's own check; linear: the first request would get rate 0 (vLLM divides by zero)
+        raise ConfigError(f"--ramp-up-start-rps must be > 0 for a {ramp_up_strategy} ramp-up")
+
+
+def request_rates(
+    n: int,
+    request_rate: float,
+    *,
+    ramp_up_strategy: str | None = None,
+    ramp_up_start_rps: float | None = None,
+    ramp_up_end_rps: float | None = None,
+) -> np.ndarray:
+    """The rate in force for each of the ``n`` requests (see the module docstring)."""
+    if ramp_up_strategy is None or ramp_up_start_rps is None or ramp_up_end_rps is None:
+        return np.full(n, float(request_rate))
+    rates = np.empty(n)
+    for i in range(n):
+        progress = i / max(n - 1, 1)
+        if ramp_up_strategy == "linear":
+            rates[i] = ramp_up_start_rps + (ramp_up_end_rps - ramp_up_start_rps) * progress
+        else:
+            rates[i] = ramp_up_start_rps * (ramp_up_end_rps / ramp_up_start_rps) ** progress
+    return rates
+
+
+def vllm_send_offsets(
+    n: int,
+    request_rate: float,
+    burstiness: float = 1.0,
+    *,
+    rng: np.random.RandomState | np.random.Generator,
+    ramp_up_strategy: str | None = None,
+    ramp_up_start_rps: float | None = None,
+    ramp_up_end_rps: float | None = None,
+) -> np.ndarray:
+    """Send offsets in seconds from the start of the run, one per request, as vLLM computes them."""
+    if n < 0:
+        raise ConfigError(f"--num-prompts must be >= 0, got {n}")
+    validate_arrivals(request_rate, burstiness, ramp_up_strategy, ramp_up_start_rps, ramp_up_end_rps)
+    rates = request_rates(
+        n,
+        request_rate,
+        ramp_up_strategy=ramp_up_strategy,
+        ramp_up_start_rps=ramp_up_start_rps,
+        ramp_up_end_rps=ramp_up_end_rps,
+    )
+    delays = np.zeros(n)
+    for i, rate in enumerate(rates):
+        if not math.isinf(rate):
+            delays[i] = rng.gamma(shape=burstiness, scale=1.0 / (rate * burstiness))
+    offsets = np.cumsum(delays)
+    if ramp_up_strategy is None and n and offsets[-1] != 0:
+        offsets = offsets * ((n / request_rate) / offsets[-1])
+    return offsets
+
+
+def share_for_worker(offsets: np.ndarray | list[float], worker_index: int, worker_count: int) -> np.ndarray:
+    """Indices into ``offsets`` that worker ``worker_index`` of ``worker_count`` sends (round robin)."""
+    if worker_count < 1:
+        raise ConfigError(f"worker count must be >= 1, got {worker_count}")
+    if not 0 <= worker_index < worker_count:
+        raise ConfigError(f"worker index must be in [0, {worker_count}), got {worker_index}")
+    return np.arange(worker_index, len(offsets), worker_count)

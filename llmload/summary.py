@@ -1,0 +1,187 @@
+"""The printed result block: vLLM's ``benchmark_serving.py`` layout, then llmload's own lines.
+
+Layout (as vLLM): a heading centred in 50 ``=`` (``"{s:{c}^{n}}"``), one ``"{:<40} {:<10}"`` line per integer
+and ``"{:<40} {:<10.2f}"`` per float, a section per selected metric headed by its title centred in 50 ``-``
+(Mean, Median, then one line per percentile), closed by 50 ``=``. llmload's block follows in the same style.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from llmload.metrics import METRIC_NAMES, BenchmarkMetrics, Distribution, percentile_label
+
+WIDTH = 50
+
+#: metric -> (label in lines, section title), as vLLM prints them
+_SECTIONS = {
+    "ttft": ("TTFT", "Time to First Token"),
+    "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
+    "itl": ("ITL", "Inter-token Latency"),
+    "e2el": ("E2EL", "End-to-end Latency"),
+}
+
+
+def heading(title: str, fill: str = "=") -> str:
+    """``title`` centred in a 50-character rule of ``fill``."""
+    return "{s:{c}^{n}}".format(s=title, c=fill, n=WIDTH)
+
+
+def int_line(label: str, value: Any) -> str:
+    return f"{label:<40} {value!s:<10}"
+
+
+def float_line(label: str, value: float) -> str:
+    return f"{label:<40} {value:<10.2f}"
+
+
+def _distribution_lines(dist: Distribution, name: str, *, with_median: bool = True) -> list[str]:
+    lines = [float_line(f"Mean {name} (ms):", dist.mean_ms)]
+    if with_median:
+        lines.append(float_line(f"Median {name} (ms):", dist.median_ms))
+    lines += [float_line(f"P{percentile_label(p)} {name} (ms):", v) for p, v in dist.percentiles_ms]
+    return lines
+
+
+def format_run_header(
+    request_rate: float,
+    burstiness: float = 1.0,
+    max_concurrency: int | None = None,
+    *,
+    ramp_up_strategy: str | None = None,
+    ramp_up_start_rps: float | None = None,
+    ramp_up_end_rps: float | None = None,
+) -> str:
+    """The lines vLLM prints before the run starts (traffic rate, burstiness, concurrency)."""
+    if ramp_up_strategy is not None:
+        lines = [
+            f"Traffic ramp-up strategy: {ramp_up_strategy}.",
+            f"Will increase RPS from {ramp_up_start_rps} to {ramp_up_end_rps} RPS over the duration "
+            "of the benchmark.",
+        ]
+    else:
+        lines = [f"Traffic request rate: {request_rate}"]
+    distribution = "Poisson process" if burstiness == 1.0 else "Gamma distribution"
+    lines.append(f"Burstiness factor: {burstiness} ({distribution})")
+    lines.append(f"Maximum request concurrency: {max_concurrency}")
+    return "\n".join(lines)
+
+
+def format_vllm_block(metrics: BenchmarkMetrics, *, max_concurrency: int | None = None) -> str:
+    """vLLM's ``Serving Benchmark Result`` block, line for line."""
+    m = metrics
+    lines = [heading(" Serving Benchmark Result "), int_line("Successful requests:", m.completed)]
+    if max_concurrency is not None:
+        lines.append(int_line("Maximum request concurrency:", max_concurrency))
+    lines += [
+        float_line("Benchmark duration (s):", m.duration),
+        int_line("Total input tokens:", m.total_input),
+        int_line("Total generated tokens:", m.total_output),
+        float_line("Request throughput (req/s):", m.request_throughput),
+    ]
+    if m.request_goodput is not None:
+        lines.append(float_line("Request goodput (req/s):", m.request_goodput))
+    lines += [
+        float_line("Output token throughput (tok/s):", m.output_throughput),
+        float_line("Peak output token throughput (tok/s):", m.max_output_tokens_per_s),
+        float_line("Peak concurrent requests:", m.max_concurrent_requests),
+        float_line("Total Token throughput (tok/s):", m.total_token_throughput),
+    ]
+    for key in METRIC_NAMES:
+        if key in m.selected_metrics:
+            name, title = _SECTIONS[key]
+            lines.append(heading(title, "-"))
+            lines += _distribution_lines(getattr(m, key), name)
+    lines.append("=" * WIDTH)
+    return "\n".join(lines)
+
+
+def _rate(value: float) -> str:
+    return "inf" if math.isinf(value) else f"{value:.2f}"
+
+
+def format_llmload_block(
+    metrics: BenchmarkMetrics,
+    *,
+    backend_label: str | None = None,
+    request_rate: float | None = None,
+    burstiness: float | None = None,
+    client_health: dict[str, Any] | None = None,
+) -> str:
+    """llmload's extra lines: failures, cut-offs, steady TPOT, queue time, schedule lag, client health."""
+    m = metrics
+    lines = [heading(" llmload extras ")]
+    if backend_label:
+        lines.append(int_line("Backend:", backend_label))
+    if request_rate is not None:
+        lines.append(int_line("Request rate (req/s):", _rate(request_rate)))
+    if burstiness is not None:
+        lines.append(int_line("Burstiness factor:", burstiness))
+    lines += [
+        int_line("Failed requests:", m.failed),
+        int_line("Cut off by end of run:", m.cut_off),
+        int_line("TTFT rule:", m.ttft_rule),
+    ]
+    if m.output_tokens_source:
+        sources = ", ".join(f"{k} {v}" for k, v in sorted(m.output_tokens_source.items()))
+        lines.append(int_line("Output tokens counted from:", sources))
+    if m.prompt_tokens_mismatch:
+        lines.append(int_line("Server prompt tokens differ (requests):", m.prompt_tokens_mismatch))
+    lines.append(heading("TPOT excl. 1st ITL", "-"))
+    lines += _distribution_lines(m.tpot_steady, "TPOT excl. 1st ITL")
+    if m.queue_time.count:
+        lines.append(heading("Queue time (send - intended)", "-"))
+        lines += _distribution_lines(m.queue_time, "queue time")
+    if m.schedule_lag.count:
+        lines.append(heading("Schedule lag", "-"))
+        lines += [
+            float_line(f"P{percentile_label(p)} schedule lag (ms):", v)
+            for p, v in m.schedule_lag.percentiles_ms
+        ]
+        lines.append(float_line("Max schedule lag (ms):", m.schedule_lag.max_ms))
+        lines.append(int_line(f"Late sends (> {m.late_send_threshold_ms:g} ms):", m.late_sends))
+    if client_health:
+        lines += _health_lines(client_health)
+    lines.append("=" * WIDTH)
+    return "\n".join(lines)
+
+
+def _health_lines(health: dict[str, Any]) -> list[str]:
+    lines = [heading("Client health", "-")]
+    for key, label in (
+        ("cpu_percent_mean", "Client CPU mean (%):"),
+        ("cpu_percent_max", "Client CPU max (%):"),
+        ("loop_lag_p99_ms", "P99 event-loop lag (ms):"),
+    ):
+        if health.get(key) is not None:
+            lines.append(float_line(label, float(health[key])))
+    if health.get("bottleneck"):
+        reason = health.get("reason") or "the load generator could not keep up"
+        lines.append(f"WARNING: THE CLIENT WAS THE BOTTLENECK: {reason}")
+        lines.append("WARNING: latencies above include client delay; add processes or lower the load.")
+    return lines
+
+
+def format_summary(
+    metrics: BenchmarkMetrics,
+    *,
+    backend_label: str | None = None,
+    request_rate: float | None = None,
+    burstiness: float | None = None,
+    max_concurrency: int | None = None,
+    client_health: dict[str, Any] | None = None,
+) -> str:
+    """vLLM's block followed by llmload's block (no trailing newline)."""
+    return "\n".join(
+        [
+            format_vllm_block(metrics, max_concurrency=max_concurrency),
+            format_llmload_block(
+                metrics,
+                backend_label=backend_label,
+                request_rate=request_rate,
+                burstiness=burstiness,
+                client_health=client_health,
+            ),
+        ]
+    )
