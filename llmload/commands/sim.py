@@ -1,0 +1,142 @@
+"""Run the simulated LLM inference engine: an OpenAI-compatible streaming server (plus SGLang's /generate,
+TGI's /generate_stream and TensorRT-LLM's generate_stream) whose timing follows a continuous-batching model
+or fixed per-request times.
+
+examples:
+  llmload sim                                   # vLLM-like engine on 127.0.0.1:8000, profile l40-qwen3-8b
+  llmload sim --profile l40-qwen3-8b-stall      # 2nd token waits for the batch to fill (MAX/SGLang)
+  llmload sim --ttft-ms 50 --itl-ms 10          # fixed timing, for measurement-accuracy tests
+  llmload sim --dialect transformers --error-rate 0.05 --trace-file trace.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from llmload.sim.config import DEFAULT_PROFILE, DIALECTS, PROFILES, Faults, SimConfig
+
+_FAULT_FLAGS = ("error_rate", "disconnect_rate", "stall_rate", "malformed_rate", "slow_headers_rate")
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a fraction between 0 and 1, got {text}")
+    return value
+
+
+def _positive_ms(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _codes(text: str) -> tuple[int, ...]:
+    try:
+        codes = tuple(int(c) for c in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated HTTP status codes, got {text!r}") from None
+    if not codes or any(not 400 <= c <= 599 for c in codes):
+        raise argparse.ArgumentTypeError(f"status codes must be 4xx or 5xx, got {text!r}")
+    return codes
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    net = parser.add_argument_group("server")
+    net.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    net.add_argument("--port", type=int, default=8000, help="port to bind; 0 picks a free one (default: %(default)s)")
+    net.add_argument("--workers", type=int, default=1,
+                     help="processes sharing the port with SO_REUSEPORT; each is an independent engine replica")
+    net.add_argument("--model", default="llmload-sim", help="model name served and required in requests")
+    net.add_argument("--dialect", choices=DIALECTS, default="vllm",
+                     help="stream quirks of which engine to reproduce (default: %(default)s)")
+    net.add_argument("--max-model-len", type=int, default=32768, help="prompt + max_tokens limit")
+
+    timing = parser.add_argument_group("timing")
+    profiles = ", ".join(f"{name} ({p.description})" for name, p in PROFILES.items())
+    timing.add_argument("--profile", choices=sorted(PROFILES), default=DEFAULT_PROFILE, metavar="NAME",
+                        help=f"continuous-batching profile: {profiles}. Default: %(default)s")
+    timing.add_argument("--first-decode-stall", action="store_true",
+                        help="hold a new request's first decode step until waiting prefills are done")
+    timing.add_argument("--ttft-ms", type=_positive_ms, help="fixed-timing mode: time to first token")
+    timing.add_argument("--itl-ms", type=_positive_ms, help="fixed-timing mode: gap between chunks")
+    timing.add_argument("--tokens-per-chunk", type=int, default=1,
+                        help="tokens per streamed chunk after the first (speculative decoding emits several)")
+
+    gen = parser.add_argument_group("generation")
+    gen.add_argument("--seed", type=int, default=0, help="seed for generated text and fault selection")
+    gen.add_argument("--eos-prob", type=_fraction, default=0.0,
+                     help="per-token chance of an early EOS when a request does not set ignore_eos (default 0)")
+    gen.add_argument("--default-max-tokens", type=int, default=256, help="chat max tokens when none is given")
+    gen.add_argument("--tokenizer", help="count prompt tokens with this tokenizer ('builtin', a dir or a name) "
+                                         "instead of ~4 characters per token")
+
+    faults = parser.add_argument_group("faults (fractions of requests, seeded, at most one fault per request)")
+    faults.add_argument("--error-rate", type=_fraction, default=0.0, help="answer with an HTTP error")
+    faults.add_argument("--error-codes", type=_codes, default=(500, 503, 429),
+                        help="status codes to pick from (default: 500,503,429; 429/503 carry Retry-After)")
+    faults.add_argument("--disconnect-rate", type=_fraction, default=0.0, help="drop the connection mid-stream")
+    faults.add_argument("--stall-rate", type=_fraction, default=0.0, help="pause mid-stream for --stall-s")
+    faults.add_argument("--stall-s", type=float, default=120.0, help="stall length (default: %(default)s s)")
+    faults.add_argument("--malformed-rate", type=_fraction, default=0.0, help="send one malformed JSON chunk")
+    faults.add_argument("--slow-headers-rate", type=_fraction, default=0.0, help="delay the response headers")
+    faults.add_argument("--slow-headers-s", type=float, default=5.0, help="header delay (default: %(default)s s)")
+
+    out = parser.add_argument_group("ground truth")
+    out.add_argument("--trace-file", metavar="F",
+                     help="append one JSON line per request with the monotonic send time of every chunk")
+
+
+def config_from_args(args: argparse.Namespace) -> SimConfig:
+    from dataclasses import replace
+
+    from llmload.errors import ConfigError
+
+    if (args.ttft_ms is None) != (args.itl_ms is None):
+        raise ConfigError("fixed-timing mode needs both --ttft-ms and --itl-ms")
+    if args.tokens_per_chunk < 1:
+        raise ConfigError("--tokens-per-chunk must be at least 1")
+    if args.workers < 1:
+        raise ConfigError("--workers must be at least 1")
+    if not 0 <= args.port <= 65535:
+        raise ConfigError(f"--port must be 0-65535, got {args.port}")
+    if sum(getattr(args, f) for f in _FAULT_FLAGS) > 1.0:
+        raise ConfigError("the fault rates (--error-rate, --disconnect-rate, ...) add up to more than 1")
+    profile = PROFILES[args.profile]
+    if args.first_decode_stall:
+        profile = replace(profile, first_decode_stall=True)
+    return SimConfig(
+        host=args.host, port=args.port, model=args.model, dialect=args.dialect, profile=profile,
+        ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, tokens_per_chunk=args.tokens_per_chunk, seed=args.seed,
+        eos_prob=args.eos_prob, default_max_tokens=args.default_max_tokens, max_model_len=args.max_model_len,
+        faults=Faults(
+            error_rate=args.error_rate, error_codes=args.error_codes, disconnect_rate=args.disconnect_rate,
+            stall_rate=args.stall_rate, stall_s=args.stall_s, malformed_rate=args.malformed_rate,
+            slow_headers_rate=args.slow_headers_rate, slow_headers_s=args.slow_headers_s,
+        ),
+        trace_file=args.trace_file, workers=args.workers, tokenizer=args.tokenizer,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from llmload.errors import ConfigError
+    from llmload.sim.server import serve
+
+    config = config_from_args(args)
+    mode = (f"fixed timing (ttft {config.ttft_ms} ms, itl {config.itl_ms} ms)" if config.fixed_timing
+            else f"profile {config.profile.name}")
+
+    def ready(url: str) -> None:
+        print(f"llmload sim listening on {url} (model {config.model}, dialect {config.dialect}, {mode}, "
+              f"{config.workers} worker(s))", flush=True)
+
+    try:
+        serve(config, ready)
+    except OSError as exc:
+        raise ConfigError(f"cannot listen on {config.host}:{config.port}: {exc.strerror or exc}") from None
+    except KeyboardInterrupt:
+        pass
+    print("llmload sim stopped", file=sys.stderr)
+    return 0

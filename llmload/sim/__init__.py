@@ -1,0 +1,15 @@
+"""The simulated LLM inference engine behind ``llmload sim``.
+
+An OpenAI-compatible (plus SGLang, TGI and TensorRT-LLM native) streaming server whose timing comes from a
+continuous-batching model or from fixed per-request times. It is the default benchmark target, the ground
+truth for llmload's own measurement tests (``--trace-file``), and cheap enough never to be the bottleneck.
+
+    config.py     SimConfig and the named timing profiles
+    engine.py     the timing models: continuous batching and fixed timing (pure, no I/O)
+    text.py       deterministic generated text
+    requests.py   parse and validate a request body into a GenRequest (400 bodies)
+    wire.py       render each dialect's stream events and JSON responses
+    faults.py     seeded fault selection
+    loop.py       the epoll event loop with timerfd deadlines
+    server.py     HTTP handling, streams, the trace file, worker processes
+"""

@@ -1,0 +1,136 @@
+"""Simulator settings and the named timing profiles."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DIALECTS = ("vllm", "sglang", "max", "transformers")
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    """A continuous-batching engine's capacity and step-time model.
+
+    Step time (ms) = ``base_ms`` + ``prefill_ms_per_1k`` · prefill tokens / 1000
+    + ``seq_ms`` · sequences in the batch + ``kv_ms_per_1k`` · KV tokens in use / 1000.
+    A decode step is memory bound (weights + KV read); prefill adds compute per prompt token.
+    """
+
+    name: str
+    description: str
+    base_ms: float
+    prefill_ms_per_1k: float
+    seq_ms: float
+    kv_ms_per_1k: float
+    #: most sequences decoding at once (vLLM ``max_num_seqs``)
+    max_num_seqs: int
+    #: KV cache capacity in tokens; a request reserves prompt + max_tokens on admission
+    kv_capacity: int
+    #: prefill tokens per step (chunked prefill, vLLM ``max_num_batched_tokens``)
+    prefill_budget: int
+    #: hold a new request's first decode step until no more waiting requests can be admitted
+    first_decode_stall: bool = False
+    #: longest such hold, so a trickle of arrivals cannot starve a request
+    stall_max_ms: float = 5000.0
+
+
+PROFILES: dict[str, Profile] = {
+    p.name: p
+    for p in (
+        Profile(
+            name="l40-qwen3-8b",
+            description="Qwen3-8B on one L40 under vLLM: 500 ShareGPT prompts at unlimited rate in ~55 s",
+            base_ms=27.0,
+            prefill_ms_per_1k=28.0,
+            seq_ms=0.06,
+            kv_ms_per_1k=0.1,
+            max_num_seqs=256,
+            kv_capacity=160_000,
+            prefill_budget=2048,
+        ),
+        Profile(
+            name="l40-qwen3-8b-stall",
+            description="the same engine with MAX/SGLang's behaviour: a new request's 2nd token waits for the batch",
+            base_ms=27.0,
+            prefill_ms_per_1k=28.0,
+            seq_ms=0.06,
+            kv_ms_per_1k=0.1,
+            max_num_seqs=256,
+            kv_capacity=160_000,
+            prefill_budget=8192,
+            first_decode_stall=True,
+        ),
+        Profile(
+            name="h100-llama-8b",
+            description="a faster GPU: roughly 2.5x the L40 profile's throughput",
+            base_ms=9.0,
+            prefill_ms_per_1k=10.0,
+            seq_ms=0.03,
+            kv_ms_per_1k=0.035,
+            max_num_seqs=512,
+            kv_capacity=450_000,
+            prefill_budget=8192,
+        ),
+        Profile(
+            name="tiny",
+            description="a small fast engine for tests: 2 ms steps, 32 sequences",
+            base_ms=2.0,
+            prefill_ms_per_1k=4.0,
+            seq_ms=0.05,
+            kv_ms_per_1k=0.02,
+            max_num_seqs=32,
+            kv_capacity=40_000,
+            prefill_budget=4096,
+        ),
+    )
+}
+DEFAULT_PROFILE = "l40-qwen3-8b"
+
+
+@dataclass(slots=True)
+class Faults:
+    """Fractions of requests that get each fault (decided per request, seeded)."""
+
+    error_rate: float = 0.0
+    error_codes: tuple[int, ...] = (500, 503, 429)
+    retry_after_s: int = 1
+    disconnect_rate: float = 0.0
+    stall_rate: float = 0.0
+    stall_s: float = 120.0
+    malformed_rate: float = 0.0
+    slow_headers_rate: float = 0.0
+    slow_headers_s: float = 5.0
+
+    @property
+    def any(self) -> bool:
+        return any(
+            r > 0
+            for r in (self.error_rate, self.disconnect_rate, self.stall_rate, self.malformed_rate, self.slow_headers_rate)
+        )
+
+
+@dataclass(slots=True)
+class SimConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model: str = "llmload-sim"
+    dialect: str = "vllm"
+    profile: Profile = field(default_factory=lambda: PROFILES[DEFAULT_PROFILE])
+    #: fixed-timing mode when both are set: every request gets exactly these times
+    ttft_ms: float | None = None
+    itl_ms: float | None = None
+    tokens_per_chunk: int = 1
+    seed: int = 0
+    #: per-token chance of an early end of sequence when the request does not ask for ignore_eos
+    eos_prob: float = 0.0
+    default_max_tokens: int = 256
+    max_model_len: int = 32768
+    faults: Faults = field(default_factory=Faults)
+    trace_file: str | None = None
+    workers: int = 1
+    #: a tokenizer to count prompt tokens exactly (else ~4 characters per token)
+    tokenizer: str | None = None
+
+    @property
+    def fixed_timing(self) -> bool:
+        return self.ttft_ms is not None or self.itl_ms is not None

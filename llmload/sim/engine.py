@@ -1,0 +1,179 @@
+"""The continuous-batching timing model, free of I/O so it can also run in virtual time.
+
+Each step admits waiting sequences while ``max_num_seqs`` and the KV capacity allow, gives one decode token
+(or ``tokens_per_chunk``) to every running sequence that has its first token, and spends the rest of the
+per-step token budget on prefill (chunked prefill, decode first as in vLLM V1). A sequence whose prefill
+completes in a step emits its first token at the end of that step. The step's duration comes from the
+profile's cost model, so TTFT grows with the queue and tokens/s rise with batch size until the step cost
+catches up.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+from llmload.sim.config import Profile
+
+
+class Seq:
+    """One request inside the engine."""
+
+    __slots__ = ("generated", "key", "output_tokens", "prefilled", "prompt_tokens", "reserved", "stall_since")
+
+    def __init__(self, key: object, prompt_tokens: int, output_tokens: int) -> None:
+        self.key = key
+        self.prompt_tokens = max(1, prompt_tokens)
+        self.output_tokens = max(1, output_tokens)
+        self.prefilled = 0
+        self.generated = 0
+        self.reserved = self.prompt_tokens + self.output_tokens
+        #: when the first token was emitted, while the first decode step is held back (stall profiles)
+        self.stall_since: float | None = None
+
+
+class BatchEngine:
+    """Plans and completes engine steps; the caller supplies the clock."""
+
+    def __init__(self, profile: Profile, tokens_per_chunk: int = 1) -> None:
+        self.profile = profile
+        self.tokens_per_chunk = max(1, tokens_per_chunk)
+        self.waiting: deque[Seq] = deque()
+        self.running: list[Seq] = []
+        self.kv_reserved = 0
+        self._decode: list[Seq] = []
+        self._prefill_done: list[Seq] = []
+
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and not self.running
+
+    def add(self, seq: Seq) -> None:
+        self.waiting.append(seq)
+
+    def cancel(self, seq: Seq) -> None:
+        """Drop a sequence whose client went away."""
+        if seq in self.running:
+            self.running.remove(seq)
+            self.kv_reserved -= seq.reserved
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+
+    def plan_step(self, now: float) -> float:
+        """Choose this step's work and return its duration in seconds (0 when idle)."""
+        p = self.profile
+        running = self.running
+        while self.waiting and len(running) < p.max_num_seqs:
+            seq = self.waiting[0]
+            if running and self.kv_reserved + seq.reserved > p.kv_capacity:
+                break
+            self.waiting.popleft()
+            running.append(seq)
+            self.kv_reserved += seq.reserved
+
+        prefilling = False
+        for s in running:
+            if s.prefilled < s.prompt_tokens:
+                prefilling = True
+                break
+        decode: list[Seq] = []
+        kv_in_use = 0
+        for s in running:
+            kv_in_use += s.prefilled + s.generated
+            if s.generated == 0:
+                continue
+            if s.stall_since is not None:
+                if prefilling and (now - s.stall_since) * 1000.0 < p.stall_max_ms:
+                    continue
+                s.stall_since = None
+            decode.append(s)
+
+        budget = max(0, p.prefill_budget - len(decode))
+        prefill_tokens = 0
+        prefill_done: list[Seq] = []
+        prefill_seqs = 0
+        for s in running:
+            if budget <= 0:
+                break
+            todo = s.prompt_tokens - s.prefilled
+            if todo <= 0:
+                continue
+            take = todo if todo < budget else budget
+            s.prefilled += take
+            budget -= take
+            prefill_tokens += take
+            prefill_seqs += 1
+            if s.prefilled == s.prompt_tokens:
+                prefill_done.append(s)
+
+        self._decode = decode
+        self._prefill_done = prefill_done
+        if not decode and not prefill_seqs:
+            return 0.0
+        ms = (
+            p.base_ms
+            + p.prefill_ms_per_1k * prefill_tokens / 1000.0
+            + p.seq_ms * (len(decode) + prefill_seqs)
+            + p.kv_ms_per_1k * kv_in_use / 1000.0
+        )
+        return ms / 1000.0
+
+    def complete_step(self, now: float) -> list[tuple[Seq, int]]:
+        """Emit the planned tokens; finished sequences leave the batch. Returns (seq, tokens) pairs."""
+        out: list[tuple[Seq, int]] = []
+        tpc = self.tokens_per_chunk
+        stall = self.profile.first_decode_stall
+        finished = False
+        for s in self._prefill_done:
+            s.generated = 1
+            out.append((s, 1))
+            if s.generated >= s.output_tokens:
+                finished = True
+            elif stall:
+                s.stall_since = now
+        for s in self._decode:
+            n = s.output_tokens - s.generated
+            if n > tpc:
+                n = tpc
+            s.generated += n
+            out.append((s, n))
+            if s.generated >= s.output_tokens:
+                finished = True
+        if finished:
+            keep = []
+            for s in self.running:
+                if s.generated >= s.output_tokens:
+                    self.kv_reserved -= s.reserved
+                else:
+                    keep.append(s)
+            self.running = keep
+        self._decode = []
+        self._prefill_done = []
+        return out
+
+
+def simulate(
+    profile: Profile, requests: Iterable[tuple[float, int, int]], tokens_per_chunk: int = 1
+) -> list[list[float]]:
+    """Run the engine in virtual time. ``requests`` are (arrival_s, prompt_tokens, output_tokens);
+    returns each request's chunk emission times in the same order."""
+    pending = sorted(
+        ((arrival, i, Seq(i, prompt, output)) for i, (arrival, prompt, output) in enumerate(requests)),
+        key=lambda item: item[0],
+    )
+    times: list[list[float]] = [[] for _ in pending]
+    engine = BatchEngine(profile, tokens_per_chunk)
+    now = 0.0
+    nxt = 0
+    while nxt < len(pending) or not engine.idle:
+        while nxt < len(pending) and pending[nxt][0] <= now:
+            engine.add(pending[nxt][2])
+            nxt += 1
+        if engine.idle:
+            now = pending[nxt][0]
+            continue
+        duration = engine.plan_step(now)
+        now += duration if duration > 0 else 1e-4
+        for seq, _n in engine.complete_step(now):
+            times[seq.key].append(now)  # type: ignore[index]
+    return times

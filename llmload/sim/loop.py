@@ -1,0 +1,158 @@
+"""A minimal epoll event loop with absolute-deadline timers on a timerfd.
+
+``epoll_wait`` only takes millisecond timeouts (CPython rounds up), which alone would make every chunk up to
+1 ms late. A timerfd armed with an absolute CLOCK_MONOTONIC deadline wakes the loop within microseconds.
+Python 3.13 has ``os.timerfd_create``; on older versions we call libc through ctypes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import heapq
+import os
+import select
+import time
+from collections.abc import Callable
+from itertools import count
+
+_CLOCK_MONOTONIC = 1
+_TFD_NONBLOCK = os.O_NONBLOCK
+_TFD_CLOEXEC = os.O_CLOEXEC
+_TFD_TIMER_ABSTIME = 1
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = (("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long))
+
+
+class _Itimerspec(ctypes.Structure):
+    _fields_ = (("it_interval", _Timespec), ("it_value", _Timespec))
+
+
+class TimerFD:
+    """A CLOCK_MONOTONIC timerfd armed with absolute deadlines (``time.monotonic()`` seconds)."""
+
+    def __init__(self) -> None:
+        if hasattr(os, "timerfd_create"):
+            self.fd = os.timerfd_create(time.CLOCK_MONOTONIC, flags=os.TFD_NONBLOCK | os.TFD_CLOEXEC)
+            self._set = self._set_os
+        else:
+            libc = ctypes.CDLL(None, use_errno=True)
+            self._settime = libc.timerfd_settime
+            self._settime.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Itimerspec), ctypes.c_void_p)
+            fd = libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
+            if fd < 0:
+                raise OSError(ctypes.get_errno(), "timerfd_create failed")
+            self.fd = fd
+            self._spec = _Itimerspec()
+            self._set = self._set_ctypes
+
+    def _set_os(self, deadline: float) -> None:
+        os.timerfd_settime(self.fd, flags=os.TFD_TIMER_ABSTIME, initial=max(deadline, 1e-9))
+
+    def _set_ctypes(self, deadline: float) -> None:
+        sec = int(deadline)
+        spec = self._spec
+        spec.it_value.tv_sec = sec
+        spec.it_value.tv_nsec = max(1, int((deadline - sec) * 1e9))
+        self._settime(self.fd, _TFD_TIMER_ABSTIME, ctypes.byref(spec), None)
+
+    def arm(self, deadline: float) -> None:
+        self._set(deadline)
+
+    def clear(self) -> None:
+        try:
+            os.read(self.fd, 8)
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def reduce_timer_slack() -> None:
+    """Ask Linux for 1 ns timer slack (default 50 µs) so timer wake-ups land where they are due."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(29, 1, 0, 0, 0)  # PR_SET_TIMERSLACK
+    except (OSError, AttributeError):
+        pass
+
+
+class EventLoop:
+    """File-descriptor callbacks plus a heap of absolute-deadline callbacks."""
+
+    def __init__(self) -> None:
+        reduce_timer_slack()
+        self.epoll = select.epoll()
+        self.handlers: dict[int, Callable[[int], None]] = {}
+        self.timers: list[tuple[float, int, Callable[[float], None]]] = []
+        self._seq = count()
+        self._timerfd = TimerFD()
+        self._armed = 0.0
+        self.epoll.register(self._timerfd.fd, select.EPOLLIN)
+        self.running = False
+        #: send lateness histogram: index = microseconds late // 10, last bucket = 100 ms or more
+        self.lateness = [0] * 10_001
+
+    def register(self, fd: int, events: int, handler: Callable[[int], None]) -> None:
+        self.handlers[fd] = handler
+        self.epoll.register(fd, events)
+
+    def modify(self, fd: int, events: int) -> None:
+        self.epoll.modify(fd, events)
+
+    def unregister(self, fd: int) -> None:
+        if self.handlers.pop(fd, None) is not None:
+            try:
+                self.epoll.unregister(fd)
+            except (OSError, ValueError):
+                pass
+
+    def call_at(self, deadline: float, callback: Callable[[float], None]) -> None:
+        """Run ``callback(deadline)`` at ``deadline``; it may compare ``time.monotonic()`` with it."""
+        heapq.heappush(self.timers, (deadline, next(self._seq), callback))
+
+    def record_lateness(self, seconds: float) -> None:
+        i = int(seconds * 100_000)
+        self.lateness[0 if i < 0 else (i if i < 10_000 else 10_000)] += 1
+
+    def run(self) -> None:
+        self.running = True
+        timers = self.timers
+        handlers = self.handlers
+        poll = self.epoll.poll
+        tfd = self._timerfd.fd
+        monotonic = time.monotonic
+        while self.running:
+            if timers:
+                first = timers[0][0]
+                if first != self._armed:
+                    self._timerfd.arm(first)
+                    self._armed = first
+            for fd, _ev in poll():
+                if fd == tfd:
+                    self._timerfd.clear()
+                    self._armed = 0.0
+                    continue
+                handler = handlers.get(fd)
+                if handler is not None:
+                    handler(_ev)
+            if timers:
+                now = monotonic()
+                while timers and timers[0][0] <= now:
+                    deadline, _, callback = heapq.heappop(timers)
+                    callback(deadline)
+                    if not timers or timers[0][0] > now:
+                        now = monotonic()
+
+    def stop(self) -> None:
+        self.running = False
+        # wake the loop
+        self.call_at(0.0, lambda _d: None)
+        self._timerfd.arm(1e-6)
+        self._armed = 1e-6
+
+    def close(self) -> None:
+        self.epoll.close()
+        self._timerfd.close()

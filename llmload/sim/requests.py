@@ -1,0 +1,201 @@
+"""Turn an HTTP request body into a :class:`GenRequest`, or an error response like real servers send."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import orjson
+
+from llmload.sim.config import SimConfig
+from llmload.sim.text import estimate_tokens, text_offset
+
+#: path -> request kind
+ROUTES: dict[str, str] = {
+    "/v1/completions": "completions",
+    "/v1/chat/completions": "chat",
+    "/generate": "sglang",
+    "/generate_stream": "tgi",
+    "/v2/models/ensemble/generate_stream": "trt",
+}
+
+
+@dataclass(slots=True)
+class GenRequest:
+    """A validated generation request."""
+
+    kind: str
+    stream: bool
+    model: str
+    prompt_tokens: int
+    max_tokens: int
+    #: tokens the engine will generate (max_tokens, or fewer on an early EOS)
+    output_tokens: int
+    include_usage: bool
+    text_offset: int
+    ignore_eos: bool
+
+
+class RequestError(Exception):
+    """A request the server rejects; carries the status and JSON body to send."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(status)
+        self.status = status
+        self.body = body
+
+
+def openai_error(status: int, message: str, err_type: str, param: str | None = None) -> RequestError:
+    body = {"error": {"message": message, "type": err_type, "param": param, "code": status}}
+    return RequestError(status, orjson.dumps(body))
+
+
+def bad_request(message: str, param: str | None = None) -> RequestError:
+    return openai_error(400, message, "BadRequestError", param)
+
+
+def _int_field(body: dict, name: str) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad_request(f"'{name}' must be an integer, got {value!r}", name)
+    if value < 1:
+        raise bad_request(f"'{name}' must be at least 1, got {value}", name)
+    return value
+
+
+def _prompt_text(prompt: object) -> tuple[str, int | None]:
+    """Completions accept a string, a list with one string, or token ids."""
+    if isinstance(prompt, str):
+        return prompt, None
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            return "", len(prompt)
+        if len(prompt) == 1 and isinstance(prompt[0], str):
+            return prompt[0], None
+        if len(prompt) == 1 and isinstance(prompt[0], list):
+            return "", len(prompt[0])
+        raise bad_request("llmload sim serves one prompt per request (batched prompts are not supported)", "prompt")
+    raise bad_request("'prompt' must be a non-empty string or a list of token ids", "prompt")
+
+
+def _chat_text(messages: object) -> str:
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("'messages' must be a non-empty list", "messages")
+    parts: list[str] = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or "role" not in message:
+            raise bad_request(f"messages[{i}] must be an object with a 'role'", "messages")
+        content = message.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts.extend(p.get("text", "") for p in content if isinstance(p, dict))
+        elif content is not None:
+            raise bad_request(f"messages[{i}].content must be a string or a list of parts", "messages")
+    return "\n".join(parts)
+
+
+class RequestParser:
+    """Validates bodies for every route; counts prompt tokens and decides each request's output length."""
+
+    def __init__(self, config: SimConfig, count_tokens: Callable[[str], int] | None = None) -> None:
+        self.config = config
+        self.count_tokens = count_tokens or estimate_tokens
+
+    def parse(self, kind: str, raw: bytes) -> GenRequest:
+        cfg = self.config
+        try:
+            body = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise bad_request(f"request body is not valid JSON: {exc}") from None
+        if not isinstance(body, dict):
+            raise bad_request("request body must be a JSON object")
+        if cfg.dialect == "transformers" and "ignore_eos" in body:
+            detail = [{"loc": ["body", "ignore_eos"], "msg": "Extra inputs are not permitted", "type": "extra_forbidden"}]
+            raise RequestError(422, orjson.dumps({"detail": detail}))
+
+        model = body.get("model") or cfg.model
+        include_usage = False
+        if kind in ("completions", "chat"):
+            if model != cfg.model:
+                raise openai_error(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+            n = body.get("n", 1)
+            if n != 1:
+                raise bad_request("llmload sim supports n=1 only", "n")
+            stream = bool(body.get("stream", False))
+            options = body.get("stream_options") or {}
+            include_usage = stream and isinstance(options, dict) and bool(options.get("include_usage"))
+            ignore_eos = bool(body.get("ignore_eos", False))
+            if kind == "completions":
+                if "prompt" not in body:
+                    raise bad_request("'prompt' is required", "prompt")
+                text, ids = _prompt_text(body["prompt"])
+                max_tokens = _int_field(body, "max_tokens") or 16
+            else:
+                if "messages" not in body:
+                    raise bad_request("'messages' is required", "messages")
+                text, ids = _chat_text(body["messages"]), None
+                max_tokens = (
+                    _int_field(body, "max_completion_tokens") or _int_field(body, "max_tokens") or cfg.default_max_tokens
+                )
+        elif kind == "sglang":
+            text = body.get("text")
+            ids = body.get("input_ids")
+            if not isinstance(text, str) and not isinstance(ids, list):
+                raise bad_request("'text' (a string) or 'input_ids' is required", "text")
+            ids = len(ids) if isinstance(ids, list) else None
+            text = text if isinstance(text, str) else ""
+            params = body.get("sampling_params") or {}
+            if not isinstance(params, dict):
+                raise bad_request("'sampling_params' must be an object", "sampling_params")
+            max_tokens = _int_field(params, "max_new_tokens") or 128
+            ignore_eos = bool(params.get("ignore_eos", False))
+            stream = bool(body.get("stream", False))
+        elif kind == "tgi":
+            text = body.get("inputs")
+            if not isinstance(text, str):
+                raise bad_request("'inputs' (a string) is required", "inputs")
+            ids = None
+            params = body.get("parameters") or {}
+            if not isinstance(params, dict):
+                raise bad_request("'parameters' must be an object", "parameters")
+            max_tokens = _int_field(params, "max_new_tokens") or 100
+            ignore_eos = bool(params.get("ignore_eos", False))
+            stream = True
+        else:  # trt
+            text = body.get("text_input")
+            if not isinstance(text, str):
+                raise bad_request("'text_input' (a string) is required", "text_input")
+            ids = None
+            max_tokens = _int_field(body, "max_tokens") or 16
+            ignore_eos = bool(body.get("ignore_eos", False)) or ("min_length" in body)
+            stream = bool(body.get("stream", True))
+
+        prompt_tokens = ids if ids is not None else self.count_tokens(text)
+        if prompt_tokens + max_tokens > cfg.max_model_len:
+            raise bad_request(
+                f"This model's maximum context length is {cfg.max_model_len} tokens. However, you requested "
+                f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the completion).",
+            )
+        offset = text_offset(cfg.seed, text) if text else (cfg.seed + prompt_tokens) % 1000
+        output_tokens = max_tokens
+        if not ignore_eos and cfg.eos_prob > 0:
+            rng = random.Random(offset * 1_000_003 + cfg.seed)
+            for i in range(1, max_tokens):
+                if rng.random() < cfg.eos_prob:
+                    output_tokens = i
+                    break
+        return GenRequest(
+            kind=kind,
+            stream=stream,
+            model=model,
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            output_tokens=output_tokens,
+            include_usage=include_usage,
+            text_offset=offset,
+            ignore_eos=ignore_eos,
+        )

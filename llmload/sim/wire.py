@@ -1,0 +1,253 @@
+"""Each dialect's stream events and JSON responses, rendered as bytes.
+
+Prefixes and suffixes are built once per request, so a token event is a few byte concatenations.
+Dialect quirks (what real engines do that clients trip over):
+
+- ``vllm``: chat streams open with a role-only chunk (``delta: {role, content: ""}``) right before the first
+  token; a final usage-only chunk when ``stream_options.include_usage``; ``data: [DONE]``.
+- ``sglang``: the first event carries empty text and is sent as soon as the request is accepted.
+- ``max``: vLLM's wire format (its difference is timing; see the stall profiles).
+- ``transformers``: the role chunk is sent before generation; usage rides on the finish chunk together with
+  ``choices``; no ``[DONE]``; errors arrive as ``data: {"error": ...}`` inside a 200 response.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from llmload.sim.requests import GenRequest
+
+_NULL = b"null"
+
+
+def _sse(payload: bytes) -> bytes:
+    return b"data: " + payload + b"\n\n"
+
+
+def _usage(req: GenRequest, completion_tokens: int) -> bytes:
+    return b'{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}' % (
+        req.prompt_tokens,
+        req.prompt_tokens + completion_tokens,
+        completion_tokens,
+    )
+
+
+class Wire:
+    """Renders one request's events. Subclasses fill in the dialect."""
+
+    content_type = b"text/event-stream"
+
+    def __init__(self, req: GenRequest, dialect: str, request_id: str, created: int) -> None:
+        self.req = req
+        self.dialect = dialect
+        self.request_id = request_id
+        self.created = created
+
+    def head_events(self) -> bytes:
+        """Events sent together with the response headers, before any generation."""
+        return b""
+
+    def first_events(self) -> bytes:
+        """Events sent immediately before the first token."""
+        return b""
+
+    def token_event(self, text: bytes, generated: int, last: bool) -> bytes:
+        raise NotImplementedError
+
+    def tail_events(self) -> bytes:
+        """Events after the last token (usage, ``[DONE]``)."""
+        return b""
+
+    def malformed_event(self) -> bytes:
+        return b'data: {"id":"' + self.request_id.encode() + b'","choices":[{"index":0,"text":"\n\n'
+
+    def error_event(self, message: str) -> bytes:
+        return _sse(orjson.dumps({"error": message}))
+
+    def full_json(self, text: bytes) -> bytes:
+        raise NotImplementedError
+
+
+class CompletionsWire(Wire):
+    def __init__(self, req: GenRequest, dialect: str, request_id: str, created: int) -> None:
+        super().__init__(req, dialect, request_id, created)
+        self._head = b'{"id":"%s","object":"text_completion","created":%d,"model":%s,"choices":[' % (
+            request_id.encode(),
+            created,
+            orjson.dumps(req.model),
+        )
+        self._pre = b"data: " + self._head + b'{"index":0,"text":"'
+        self._post = b'","logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n'
+
+    def _finish(self) -> bytes:
+        return b'"length"' if self.req.output_tokens >= self.req.max_tokens else b'"stop"'
+
+    def head_events(self) -> bytes:
+        if self.dialect == "sglang" and self.req.stream:
+            return self._pre + self._post
+        return b""
+
+    def token_event(self, text: bytes, generated: int, last: bool) -> bytes:
+        if not last:
+            return self._pre + text + self._post
+        tail = b'","logprobs":null,"finish_reason":' + self._finish() + b',"stop_reason":null}]'
+        if self.dialect == "transformers":
+            tail += b',"usage":' + _usage(self.req, generated)
+        return self._pre + text + tail + b"}\n\n"
+
+    def tail_events(self) -> bytes:
+        if self.dialect == "transformers":
+            return b""
+        out = b""
+        if self.req.include_usage:
+            out += _sse(self._head + b'],"usage":' + _usage(self.req, self.req.output_tokens) + b"}")
+        return out + b"data: [DONE]\n\n"
+
+    def full_json(self, text: bytes) -> bytes:
+        choice = b'{"index":0,"text":"' + text + b'","logprobs":null,"finish_reason":' + self._finish() + b"}"
+        return self._head + choice + b'],"usage":' + _usage(
+            self.req, self.req.output_tokens
+        ) + b"}"
+
+
+class ChatWire(Wire):
+    def __init__(self, req: GenRequest, dialect: str, request_id: str, created: int) -> None:
+        super().__init__(req, dialect, request_id, created)
+        self._head = b'{"id":"%s","object":"chat.completion.chunk","created":%d,"model":%s,"choices":[' % (
+            request_id.encode(),
+            created,
+            orjson.dumps(req.model),
+        )
+        self._pre = b"data: " + self._head + b'{"index":0,"delta":{"content":"'
+        self._post = b'"},"logprobs":null,"finish_reason":null}]}\n\n'
+        self._role = (
+            b"data: " + self._head + b'{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,'
+            b'"finish_reason":null}]}\n\n'
+        )
+
+    def _finish(self) -> bytes:
+        return b'"length"' if self.req.output_tokens >= self.req.max_tokens else b'"stop"'
+
+    def head_events(self) -> bytes:
+        if not self.req.stream:
+            return b""
+        if self.dialect == "transformers":
+            return self._role
+        if self.dialect == "sglang":
+            return self._pre + self._post
+        return b""
+
+    def first_events(self) -> bytes:
+        if self.req.stream and self.dialect in ("vllm", "max"):
+            return self._role
+        return b""
+
+    def token_event(self, text: bytes, generated: int, last: bool) -> bytes:
+        if not last:
+            return self._pre + text + self._post
+        tail = b'"},"logprobs":null,"finish_reason":' + self._finish() + b"}]"
+        if self.dialect == "transformers":
+            tail += b',"usage":' + _usage(self.req, generated)
+        return self._pre + text + tail + b"}\n\n"
+
+    def tail_events(self) -> bytes:
+        if self.dialect == "transformers":
+            return b""
+        out = b""
+        if self.req.include_usage:
+            out += _sse(self._head + b'],"usage":' + _usage(self.req, self.req.output_tokens) + b"}")
+        return out + b"data: [DONE]\n\n"
+
+    def full_json(self, text: bytes) -> bytes:
+        head = self._head.replace(b"chat.completion.chunk", b"chat.completion", 1)
+        choice = (
+            b'{"index":0,"message":{"role":"assistant","content":"' + text + b'"},"logprobs":null,"finish_reason":'
+            + self._finish()
+            + b"}"
+        )
+        return head + choice + b'],"usage":' + _usage(self.req, self.req.output_tokens) + b"}"
+
+
+class SGLangWire(Wire):
+    """SGLang native ``/generate``: every event carries the cumulative text and token count."""
+
+    def __init__(self, req: GenRequest, dialect: str, request_id: str, created: int) -> None:
+        super().__init__(req, dialect, request_id, created)
+        self._text = b""
+        self._meta = b'"meta_info":{"id":"%s","prompt_tokens":%d,"completion_tokens":' % (
+            request_id.encode(),
+            req.prompt_tokens,
+        )
+
+    def _event(self, generated: int, finish: bytes) -> bytes:
+        return (
+            b'{"text":"' + self._text + b'",' + self._meta + b"%d" % generated + b',"cached_tokens":0,"finish_reason":'
+            + finish + b'},"index":0}'
+        )
+
+    def _finish(self, generated: int) -> bytes:
+        kind = b"length" if self.req.output_tokens >= self.req.max_tokens else b"stop"
+        return b'{"type":"' + kind + b'","length":%d}' % generated
+
+    def token_event(self, text: bytes, generated: int, last: bool) -> bytes:
+        self._text += text
+        return _sse(self._event(generated, self._finish(generated) if last else _NULL))
+
+    def tail_events(self) -> bytes:
+        return b"data: [DONE]\n\n"
+
+    def full_json(self, text: bytes) -> bytes:
+        self._text = text
+        return self._event(self.req.output_tokens, self._finish(self.req.output_tokens))
+
+
+class TGIWire(Wire):
+    """TGI ``/generate_stream``: ``data:`` without a space, text in ``token.text``, no ``[DONE]``."""
+
+    def __init__(self, req: GenRequest, dialect: str, request_id: str, created: int) -> None:
+        super().__init__(req, dialect, request_id, created)
+        self._text = b""
+
+    def token_event(self, text: bytes, generated: int, last: bool) -> bytes:
+        self._text += text
+        token = b'{"index":%d,"token":{"id":%d,"text":"' % (generated, generated) + text + b'","logprob":0.0,"special":false}'
+        if last:
+            finish = b"length" if self.req.output_tokens >= self.req.max_tokens else b"eos_token"
+            tail = b',"generated_text":"' + self._text + b'","details":{"finish_reason":"' + finish
+            tail += b'","generated_tokens":%d,"seed":null}}' % generated
+        else:
+            tail = b',"generated_text":null,"details":null}'
+        return b"data:" + token + tail + b"\n\n"
+
+    def full_json(self, text: bytes) -> bytes:
+        return b'{"generated_text":"' + text + b'"}'
+
+
+class TRTWire(Wire):
+    """TensorRT-LLM's Triton ``generate_stream``: JSON events with ``text_output``, no ``[DONE]``."""
+
+    def __init__(self, req: GenRequest, dialect: str, request_id: str, created: int) -> None:
+        super().__init__(req, dialect, request_id, created)
+
+    def token_event(self, text: bytes, generated: int, last: bool) -> bytes:
+        end = b"true" if last else b"false"
+        return (
+            b'data: {"model_name":"ensemble","model_version":"1","sequence_end":' + end
+            + b',"sequence_id":0,"sequence_start":false,"text_output":"' + text + b'"}\n\n'
+        )
+
+    def full_json(self, text: bytes) -> bytes:
+        return b'{"model_name":"ensemble","model_version":"1","text_output":"' + text + b'"}'
+
+
+_WIRES: dict[str, type[Wire]] = {
+    "completions": CompletionsWire,
+    "chat": ChatWire,
+    "sglang": SGLangWire,
+    "tgi": TGIWire,
+    "trt": TRTWire,
+}
+
+
+def make_wire(req: GenRequest, dialect: str, request_id: str, created: int) -> Wire:
+    return _WIRES[req.kind](req, dialect, request_id, created)
