@@ -41,10 +41,10 @@ SEED = 20240601
 NUM_CONVERSATIONS = 3000
 
 # Lognormal token targets: (median, sigma). Calibrated with the builtin tokenizer (see module doc).
-FIRST_PROMPT = (96.0, 1.25)
-FIRST_ANSWER = (190.0, 0.75)
+FIRST_PROMPT = (122.0, 1.25)
+FIRST_ANSWER = (135.0, 0.75)
 FOLLOWUP_PROMPT = (28.0, 1.1)
-FOLLOWUP_ANSWER = (150.0, 0.75)
+FOLLOWUP_ANSWER = (120.0, 0.75)
 MAX_TURN_TOKENS = 6000
 TINY_PROMPT_SHARE = 0.03
 """Share of first prompts that are 1-3 words ("hi", "continue"), dropped by vLLM's filter."""
@@ -83,6 +83,8 @@ quickly simply really usually often always never again already still almost perh
 however therefore instead finally together especially actually directly probably currently
 """
 _WORDS = _WORD_TEXT.split()
+_FIRST_CONTENT_WORD = _WORDS.index("data")
+"""Words before this are function words, never inflected."""
 
 _OPENERS = [
     "Can you",
@@ -181,7 +183,7 @@ class TextMaker:
                 out.append(self._rare[rng.choice(len(self._rare), p=self._rare_p)].capitalize())
             elif k < 0.10:
                 out.append(_number(rng))
-            elif k < 0.22:
+            elif k < 0.25 and i >= _FIRST_CONTENT_WORD:
                 out.append(_WORDS[i] + str(rng.choice(_SUFFIXES)))
             else:
                 out.append(_WORDS[i])

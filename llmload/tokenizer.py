@@ -10,8 +10,11 @@ transformers is imported inside the functions, so importing this module is cheap
 from __future__ import annotations
 
 import os
+import socket
+import threading
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from llmload.errors import TokenizerError
 
@@ -19,7 +22,7 @@ BUILTIN = "builtin"
 """The ``--tokenizer`` value that selects the shipped tokenizer."""
 
 HUB_TIMEOUT_S = 3.0
-"""Seconds a hub request may take before we give up (applied via ``HF_HUB_ETAG_TIMEOUT``)."""
+"""Seconds we wait for the hub to accept a connection before giving up."""
 
 _TRUTHY = {"1", "true", "yes", "on"}
 
@@ -30,13 +33,15 @@ def builtin_tokenizer_dir() -> Path:
 
 
 def _hub_offline() -> bool:
-    return any(os.environ.get(k, "").strip().lower() in _TRUTHY for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return any(
+        os.environ.get(k, "").strip().lower() in _TRUTHY for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
 
 
 def _fix_hint(name: str) -> str:
     return (
         f"cannot load tokenizer {name!r}: pass a local tokenizer directory, pre-download it into the "
-        f"Hugging Face cache (huggingface-cli download {name}), or use --tokenizer builtin"
+        f"Hugging Face cache (hf download {name}), or use --tokenizer builtin"
     )
 
 
@@ -52,14 +57,16 @@ def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False) -> Any
     """
     name = str(name_or_path).strip()
     if not name:
-        raise TokenizerError("empty --tokenizer: pass a local tokenizer directory, a model name, or 'builtin'")
+        raise TokenizerError(
+            "empty --tokenizer: pass a local tokenizer directory, a model name, or 'builtin'"
+        )
     if name == BUILTIN:
         path = builtin_tokenizer_dir()
         if not (path / "tokenizer.json").is_file():
             raise TokenizerError(
                 f"the builtin tokenizer is missing from {path}: reinstall llmload or run datasets/make_tokenizer.py"
             )
-        return _from_pretrained(str(path), name, local_only=True, trust_remote_code=False)
+        return _from_pretrained(str(path), name, local_only=True, trust_remote_code=False, fast_class=True)
     path = Path(name).expanduser()
     if path.is_dir():
         return _from_pretrained(str(path), name, local_only=True, trust_remote_code=trust_remote_code)
@@ -78,12 +85,20 @@ def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False) -> Any
     return _from_hub(name, trust_remote_code=trust_remote_code)
 
 
-def _from_pretrained(target: str, name: str, *, local_only: bool, trust_remote_code: bool) -> Any:
+def _from_pretrained(
+    target: str, name: str, *, local_only: bool, trust_remote_code: bool, fast_class: bool = False
+) -> Any:
+    """``AutoTokenizer.from_pretrained`` with errors translated; ``fast_class`` skips the Auto lookup."""
     try:
-        from transformers import AutoTokenizer
         from transformers.utils import logging as hf_logging
 
         hf_logging.set_verbosity_error()
+        if fast_class:  # our own tokenizer.json: importing the Auto machinery costs ~0.8 s
+            from transformers import PreTrainedTokenizerFast
+
+            return PreTrainedTokenizerFast.from_pretrained(target, local_files_only=True)
+        from transformers import AutoTokenizer
+
         return AutoTokenizer.from_pretrained(
             target, local_files_only=local_only, trust_remote_code=trust_remote_code
         )
@@ -93,16 +108,32 @@ def _from_pretrained(target: str, name: str, *, local_only: bool, trust_remote_c
         raise TokenizerError(_fix_hint(name)) from None
 
 
+def _hub_reachable(timeout: float = HUB_TIMEOUT_S) -> bool:
+    """Whether a TCP connection to the hub (``HF_ENDPOINT``) opens within ``timeout`` seconds.
+
+    huggingface_hub retries unreachable hosts with backoff for most of a minute; probing first
+    (DNS included, in a daemon thread) keeps an offline failure to a few seconds.
+    """
+    endpoint = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host = endpoint.hostname or "huggingface.co"
+    port = endpoint.port or (80 if endpoint.scheme == "http" else 443)
+    ok: list[bool] = []
+
+    def probe() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            ok.append(True)
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=probe, name="llmload-hub-probe", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return bool(ok)
+
+
 def _from_hub(name: str, *, trust_remote_code: bool) -> Any:
-    """Try the hub with a short timeout; unknown names and unreachable hubs fail fast."""
-    saved = {k: os.environ.get(k) for k in ("HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT")}
-    os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", str(HUB_TIMEOUT_S))
-    os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", str(HUB_TIMEOUT_S))
-    try:
-        return _from_pretrained(name, name, local_only=False, trust_remote_code=trust_remote_code)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    """Try the hub once it answers; unknown names and unreachable hubs fail fast."""
+    if not _hub_reachable():
+        raise TokenizerError(_fix_hint(name) + " (it is not in the local cache and the hub is unreachable)")
+    return _from_pretrained(name, name, local_only=False, trust_remote_code=trust_remote_code)

@@ -8,12 +8,13 @@ Python 3.13 has ``os.timerfd_create``; on older versions we call libc through ct
 from __future__ import annotations
 
 import ctypes
-import heapq
 import os
 import select
 import time
 from collections.abc import Callable
+from heapq import heappop, heappush
 from itertools import count
+from typing import Any
 
 _CLOCK_MONOTONIC = 1
 _TFD_NONBLOCK = os.O_NONBLOCK
@@ -27,6 +28,14 @@ class _Timespec(ctypes.Structure):
 
 class _Itimerspec(ctypes.Structure):
     _fields_ = (("it_interval", _Timespec), ("it_value", _Timespec))
+
+
+#: how early a timer may run to share a wake-up with an earlier one
+EARLY_S = 50e-6
+
+
+def _noop(_arg: Any, _deadline: float) -> None:
+    pass
 
 
 class TimerFD:
@@ -86,11 +95,12 @@ class EventLoop:
         reduce_timer_slack()
         self.epoll = select.epoll()
         self.handlers: dict[int, Callable[[int], None]] = {}
-        self.timers: list[tuple[float, int, Callable[[float], None]]] = []
+        self.timers: list[tuple[float, int, Callable[[Any, float], None], Any]] = []
         self._seq = count()
         self._timerfd = TimerFD()
         self._armed = 0.0
-        self.epoll.register(self._timerfd.fd, select.EPOLLIN)
+        # Edge-triggered: re-arming resets the expiry count, so the fd never needs to be read.
+        self.epoll.register(self._timerfd.fd, select.EPOLLIN | select.EPOLLET)
         self.running = False
         #: send lateness histogram: index = microseconds late // 10, last bucket = 100 ms or more
         self.lateness = [0] * 10_001
@@ -109,11 +119,15 @@ class EventLoop:
             except (OSError, ValueError):
                 pass
 
-    def call_at(self, deadline: float, callback: Callable[[float], None]) -> None:
-        """Run ``callback(deadline)`` at ``deadline``; it may compare ``time.monotonic()`` with it."""
-        heapq.heappush(self.timers, (deadline, next(self._seq), callback))
+    def call_at(self, deadline: float, callback: Callable[[Any, float], None], arg: Any = None) -> None:
+        """Run ``callback(arg, deadline)`` at ``deadline`` (``time.monotonic()`` seconds).
+
+        Timers due within ``EARLY_S`` of a wake-up run in that wake-up, so nearby deadlines share one.
+        """
+        heappush(self.timers, (deadline, next(self._seq), callback, arg))
 
     def record_lateness(self, seconds: float) -> None:
+        """Count a send ``seconds`` after its deadline (early sends count as on time)."""
         i = int(seconds * 100_000)
         self.lateness[0 if i < 0 else (i if i < 10_000 else 10_000)] += 1
 
@@ -130,26 +144,25 @@ class EventLoop:
                 if first != self._armed:
                     self._timerfd.arm(first)
                     self._armed = first
-            for fd, _ev in poll():
+            for fd, ev in poll():
                 if fd == tfd:
-                    self._timerfd.clear()
                     self._armed = 0.0
                     continue
                 handler = handlers.get(fd)
                 if handler is not None:
-                    handler(_ev)
+                    handler(ev)
             if timers:
-                now = monotonic()
-                while timers and timers[0][0] <= now:
-                    deadline, _, callback = heapq.heappop(timers)
-                    callback(deadline)
-                    if not timers or timers[0][0] > now:
-                        now = monotonic()
+                horizon = monotonic() + EARLY_S
+                while timers and timers[0][0] <= horizon:
+                    deadline, _, callback, arg = heappop(timers)
+                    callback(arg, deadline)
+                    if not timers or timers[0][0] > horizon:
+                        horizon = monotonic() + EARLY_S
 
     def stop(self) -> None:
         self.running = False
         # wake the loop
-        self.call_at(0.0, lambda _d: None)
+        self.call_at(0.0, _noop)
         self._timerfd.arm(1e-6)
         self._armed = 1e-6
 

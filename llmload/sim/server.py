@@ -15,7 +15,9 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from heapq import heappush
 from itertools import count
+from time import monotonic
 
 import orjson
 
@@ -24,7 +26,7 @@ from llmload.sim.engine import BatchEngine, Seq
 from llmload.sim.faults import Fault, FaultPicker
 from llmload.sim.loop import EventLoop
 from llmload.sim.requests import ROUTES, GenRequest, RequestError, RequestParser, openai_error
-from llmload.sim.text import text_of
+from llmload.sim.text import TOKEN_COUNT, TOKENS, text_of
 from llmload.sim.wire import Wire, make_wire
 
 _IN = select.EPOLLIN | select.EPOLLRDHUP
@@ -105,6 +107,12 @@ class SimServer:
         )
         self.requests = 0
         self.chunks_sent = 0
+        # hot-path shortcuts into the loop
+        self._timers = self.loop.timers
+        self._timer_seq = self.loop._seq
+        self._lateness = self.loop.lateness
+        self._itl_s = (config.itl_ms or 0.0) / 1000.0
+        self._tpc1 = config.tokens_per_chunk == 1
         sock.setblocking(False)
         self.loop.register(sock.fileno(), select.EPOLLIN, self._on_accept)
 
@@ -313,7 +321,7 @@ class SimServer:
                 self._fail(job, fault.status)
                 return
             if fault.kind == "slow_headers":
-                self.loop.call_at(received + self.config.faults.slow_headers_s, lambda _d: self._start(job))
+                self.loop.call_at(received + self.config.faults.slow_headers_s, self._start_later, job)
                 return
             # mid-stream faults strike halfway through the chunks (at least after the first)
             job.fault_at = max(1, self._chunk_count(req) // 2)
@@ -348,6 +356,9 @@ class SimServer:
     def _frame(data: bytes) -> bytes:
         return b"%x\r\n" % len(data) + data + b"\r\n" if data else b""
 
+    def _start_later(self, job: Job, _deadline: float) -> None:
+        self._start(job)
+
     def _start(self, job: Job) -> None:
         conn = job.conn
         if conn.closed:
@@ -359,7 +370,7 @@ class SimServer:
         cfg = self.config
         if self.engine is None:
             ttft = (cfg.ttft_ms or 0.0) / 1000.0
-            self.loop.call_at(job.received + ttft, lambda d: self._fixed_tick(job, d))
+            self.loop.call_at(job.received + ttft, self._fixed_tick, job)
         else:
             job.seq = Seq(job, job.req.prompt_tokens, job.req.output_tokens)
             self.engine.add(job.seq)
@@ -367,16 +378,43 @@ class SimServer:
                 self._begin_step(now)
 
     def _fixed_tick(self, job: Job, deadline: float) -> None:
-        if job.conn.job is not job:
+        conn = job.conn
+        if conn.job is not job:
             return
-        now = time.monotonic()
-        self.loop.record_lateness(now - deadline)
-        n = 1 if job.generated == 0 else min(self.config.tokens_per_chunk, job.req.output_tokens - job.generated)
+        now = monotonic()
+        late = int((now - deadline) * 100_000)
+        self._lateness[0 if late < 0 else (late if late < 10_000 else 10_000)] += 1
+        req = job.req
+        generated = job.generated + 1
+        if (
+            self._tpc1 and job.chunk_tokens and generated < req.output_tokens and job.fault is None
+            and req.stream and not conn.wbuf
+        ):
+            # the hot path, inlined: a middle token of a healthy stream is one send and one timer
+            event = job.wire.token_event(TOKENS[(req.text_offset + job.generated * 7) % TOKEN_COUNT], generated, False)
+            job.generated = generated
+            data = b"%x\r\n%b\r\n" % (len(event), event)
+            try:
+                sent = conn.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:
+                self._close(conn)
+                return
+            if sent < len(data):
+                conn.wbuf += data[sent:]
+                self.loop.modify(conn.fd, _OUT)
+            job.chunk_times.append(now)
+            job.chunk_tokens.append(1)
+            self.chunks_sent += 1
+            heappush(self._timers, (deadline + self._itl_s, next(self._timer_seq), self._fixed_tick, job))
+            return
+        n = 1 if job.generated == 0 else min(self.config.tokens_per_chunk, req.output_tokens - job.generated)
         if self._emit(job, n, now):
-            nxt = deadline + (self.config.itl_ms or 0.0) / 1000.0
+            nxt = deadline + self._itl_s
             if job.stalled_until > nxt:
                 nxt = job.stalled_until
-            self.loop.call_at(nxt, lambda d: self._fixed_tick(job, d))
+            self.loop.call_at(nxt, self._fixed_tick, job)
 
     def _begin_step(self, now: float) -> None:
         engine = self.engine
@@ -390,7 +428,7 @@ class SimServer:
         self._step_deadline = now + duration
         self.loop.call_at(self._step_deadline, self._end_step)
 
-    def _end_step(self, deadline: float) -> None:
+    def _end_step(self, _arg: None, deadline: float) -> None:
         engine = self.engine
         assert engine is not None
         now = time.monotonic()
@@ -406,6 +444,29 @@ class SimServer:
         """Send a chunk of ``n`` tokens; returns whether more chunks follow."""
         req = job.req
         conn = job.conn
+        generated = job.generated + n
+        if (
+            n == 1 and generated < req.output_tokens and job.chunk_tokens and job.fault is None
+            and req.stream and not conn.wbuf and not conn.closed
+        ):
+            # the hot path: a middle token of a healthy stream, one send
+            event = job.wire.token_event(TOKENS[(req.text_offset + job.generated * 7) % TOKEN_COUNT], generated, False)
+            job.generated = generated
+            data = b"%x\r\n%b\r\n" % (len(event), event)
+            try:
+                sent = conn.sock.send(data)
+            except (BlockingIOError, InterruptedError):
+                sent = 0
+            except OSError:
+                self._close(conn)
+                return False
+            if sent < len(data):
+                conn.wbuf += data[sent:]
+                self.loop.modify(conn.fd, _OUT)
+            job.chunk_times.append(now)
+            job.chunk_tokens.append(1)
+            self.chunks_sent += 1
+            return True
         index = len(job.chunk_tokens)
         text = text_of(req.text_offset, job.generated, n)
         job.generated += n
@@ -437,7 +498,7 @@ class SimServer:
             job.chunk_tokens.append(n)
             job.chunk_times.append(0.0)
             if last or self.engine is None:
-                self.loop.call_at(job.stalled_until, lambda _d: self._release(job, last))
+                self.loop.call_at(job.stalled_until, self._release, (job, last))
             return not last
         data = self._frame(event)
         if last:
@@ -451,8 +512,9 @@ class SimServer:
             self._done(conn)
         return not last
 
-    def _release(self, job: Job, last: bool) -> None:
+    def _release(self, job_last: tuple[Job, bool], _deadline: float) -> None:
         """End a stall: send what was held back."""
+        job, last = job_last
         if job.conn.job is not job or not job.held:
             return
         now = time.monotonic()

@@ -1,0 +1,41 @@
+"""What every dataset produces: prompts with their token lengths, ready to send."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass
+class SampleRequest:
+    """One request to send, built (and tokenized) before the test starts."""
+
+    prompt: str
+    """The text sent as the prompt (first user turn for ShareGPT)."""
+    prompt_len: int
+    """Prompt length in tokens of the workload's tokenizer."""
+    expected_output_len: int
+    """Tokens to ask for (``max_tokens``); the reference completion's length for ShareGPT."""
+    conversation: list[dict[str, Any]] | None = None
+    """All turns of the source conversation (``{"from", "value"}``), for multi-turn replay."""
+    request_id: str = ""
+    """The source row's id, when it has one."""
+
+
+class Tokenizer(Protocol):
+    """The slice of a ``transformers`` tokenizer the datasets use."""
+
+    vocab_size: int
+
+    def __call__(self, text: str) -> Any: ...
+
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+
+    def decode(self, token_ids: list[int]) -> str: ...
+
+    def num_special_tokens_to_add(self) -> int: ...
+
+
+def token_len(tokenizer: Tokenizer, text: str) -> int:
+    """``len(tokenizer(text).input_ids)``: vLLM's count, special tokens (BOS) included."""
+    return len(tokenizer(text).input_ids)

@@ -1,0 +1,65 @@
+"""Custom prompts from JSONL: one ``{"prompt": str, "output_len"?: int}`` object per line.
+
+Blank lines are skipped; ``output_len`` defaults to the value passed in (``--custom-output-len``).
+Rows are used in file order, cycling is the caller's business; ``num_prompts`` caps the count.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from llmload.datasets.base import SampleRequest, Tokenizer, token_len
+from llmload.errors import DatasetError
+
+DEFAULT_OUTPUT_LEN = 256
+
+
+def sample_custom(
+    path: str | Path,
+    tokenizer: Tokenizer,
+    num_prompts: int | None = None,
+    *,
+    default_output_len: int = DEFAULT_OUTPUT_LEN,
+) -> list[SampleRequest]:
+    """The first ``num_prompts`` rows of a JSONL file (all rows when ``None``)."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise DatasetError(f"dataset file not found: {path}") from None
+    except UnicodeDecodeError:
+        raise DatasetError(f"{path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise DatasetError(f"cannot read dataset file {path}: {exc.strerror or exc}") from None
+    out: list[SampleRequest] = []
+    for lineno, line in enumerate(lines, start=1):
+        if num_prompts is not None and len(out) >= num_prompts:
+            break
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{path}:{lineno}: invalid JSON: {exc.msg}") from None
+        if not isinstance(row, dict):
+            raise DatasetError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+        prompt = row.get("prompt")
+        if not isinstance(prompt, str) or not prompt:
+            raise DatasetError(f"{path}:{lineno}: missing or empty string key 'prompt'")
+        output_len = row.get("output_len", default_output_len)
+        if isinstance(output_len, bool) or not isinstance(output_len, int) or output_len < 1:
+            raise DatasetError(
+                f"{path}:{lineno}: 'output_len' must be a positive integer, got {output_len!r}"
+            )
+        out.append(
+            SampleRequest(
+                prompt=prompt,
+                prompt_len=token_len(tokenizer, prompt),
+                expected_output_len=output_len,
+                request_id=str(row.get("id", f"{path.name}:{lineno}")),
+            )
+        )
+    if not out:
+        raise DatasetError(f'{path}: no prompts (expected JSONL lines like {{"prompt": "..."}})')
+    return out

@@ -1,0 +1,138 @@
+"""ShareGPT conversations sampled exactly like vLLM's ``benchmark_serving.py``.
+
+The rules (vLLM ``sample_sharegpt_requests`` / ``ShareGPTDataset``):
+
+1. keep conversations with at least 2 turns and make (turn 0, turn 1) pairs, in file order;
+2. shuffle the pairs with ``random.seed(seed); random.shuffle(pairs)`` *before* filtering
+   (a private ``random.Random(seed)`` gives the same permutation without touching global state);
+3. walk the shuffled pairs: prompt = turn 0, completion = turn 1, lengths are
+   ``len(tokenizer(text).input_ids)``; output length = completion length, or ``fixed_output_len``;
+4. skip prompt < 4 tokens, output < 4 tokens (only without ``fixed_output_len``),
+   prompt > 1024 tokens, prompt + output > 2048 tokens;
+5. stop once ``num_prompts`` are kept. Fewer may come back; the caller warns.
+
+The file may be plain JSON or gzip-compressed (``.gz``).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import llmload
+from llmload.datasets.base import SampleRequest, Tokenizer, token_len
+from llmload.errors import DatasetError
+
+MIN_LEN = 4
+MAX_PROMPT_LEN = 1024
+MAX_TOTAL_LEN = 2048
+SAMPLE_NAMES = ("sharegpt_sample.json", "sharegpt_sample.json.gz")
+"""The shipped synthetic sample, looked up in this order in the repository's ``datasets/``."""
+
+
+def default_sharegpt_path() -> Path:
+    """The synthetic ShareGPT sample shipped in the repository's ``datasets/`` directory."""
+    folder = Path(llmload.__file__).resolve().parent.parent / "datasets"
+    for name in SAMPLE_NAMES:
+        if (folder / name).is_file():
+            return folder / name
+    raise DatasetError(
+        f"the bundled ShareGPT sample is not in {folder}: pass --dataset-path "
+        "(e.g. ShareGPT_V3_unfiltered_cleaned_split.json)"
+    )
+
+
+def read_json_file(path: Path) -> Any:
+    """Parse a JSON file, gunzipping ``*.gz``; every failure is a DatasetError naming the file."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise DatasetError(f"dataset file not found: {path}") from None
+    except OSError as exc:
+        raise DatasetError(f"cannot read dataset file {path}: {exc.strerror or exc}") from None
+    if raw[:2] == b"\x1f\x8b":
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as exc:
+            raise DatasetError(f"{path}: corrupt gzip data ({exc})") from None
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise DatasetError(
+            f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+        ) from None
+    except UnicodeDecodeError:
+        raise DatasetError(f"{path}: not UTF-8 text") from None
+
+
+def load_conversations(path: str | Path) -> list[dict[str, Any]]:
+    """The file's conversations, each checked for the ShareGPT shape."""
+    path = Path(path)
+    data = read_json_file(path)
+    if not isinstance(data, list):
+        raise DatasetError(
+            f"{path}: expected a JSON list of ShareGPT conversations, got {type(data).__name__}"
+        )
+    for i, entry in enumerate(data):
+        if not isinstance(entry, dict) or not isinstance(entry.get("conversations"), list):
+            raise DatasetError(f"{path}: entry {i} has no 'conversations' list")
+    return data
+
+
+def _turn_text(path: Path, index: int, entry: dict[str, Any], turn: int) -> str:
+    try:
+        value = entry["conversations"][turn]["value"]
+    except (KeyError, TypeError):
+        raise DatasetError(f"{path}: entry {index} turn {turn} has no 'value'") from None
+    if not isinstance(value, str):
+        raise DatasetError(f"{path}: entry {index} turn {turn} 'value' is not a string")
+    return value
+
+
+def sample_sharegpt(
+    path: str | Path,
+    tokenizer: Tokenizer,
+    num_prompts: int,
+    seed: int = 0,
+    *,
+    fixed_output_len: int | None = None,
+) -> list[SampleRequest]:
+    """Up to ``num_prompts`` requests chosen by vLLM's ShareGPT rules (see the module docstring)."""
+    if fixed_output_len is not None and fixed_output_len < MIN_LEN:
+        raise DatasetError(f"--sharegpt-output-len must be at least {MIN_LEN}, got {fixed_output_len}")
+    path = Path(path)
+    data = load_conversations(path)
+    pairs = [
+        (_turn_text(path, i, e, 0), _turn_text(path, i, e, 1), i)
+        for i, e in enumerate(data)
+        if len(e["conversations"]) >= 2
+    ]
+    if not pairs:
+        raise DatasetError(f"{path}: no conversation has two turns")
+    random.Random(seed).shuffle(pairs)
+    out: list[SampleRequest] = []
+    for prompt, completion, index in pairs:
+        if len(out) == num_prompts:
+            break
+        prompt_len = token_len(tokenizer, prompt)
+        output_len = token_len(tokenizer, completion) if fixed_output_len is None else fixed_output_len
+        if prompt_len < MIN_LEN or (fixed_output_len is None and output_len < MIN_LEN):
+            continue
+        if prompt_len > MAX_PROMPT_LEN or prompt_len + output_len > MAX_TOTAL_LEN:
+            continue
+        entry = data[index]
+        out.append(
+            SampleRequest(
+                prompt=prompt,
+                prompt_len=prompt_len,
+                expected_output_len=output_len,
+                conversation=entry["conversations"],
+                request_id=str(entry.get("id", index)),
+            )
+        )
+    if not out and num_prompts > 0:
+        raise DatasetError(f"{path}: no conversation passes the ShareGPT length filters")
+    return out
