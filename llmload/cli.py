@@ -15,6 +15,7 @@ from llmload import __version__
 
 #: command name -> one-line help; the module is ``llmload.commands.<name>``.
 COMMANDS: dict[str, str] = {
+    "bench": "benchmark a server headlessly (a drop-in for vLLM's benchmark_serving.py; the simulator by default)",
     "sim": "run the simulated OpenAI-compatible LLM engine (the default benchmark target)",
 }
 

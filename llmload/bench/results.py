@@ -1,0 +1,61 @@
+"""Write a run's result JSON (vLLM's keys and file name) and its per-request records file."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from llmload.errors import ConfigError
+from llmload.records import RequestRecord
+
+
+def default_filename(label: str, request_rate: float, max_concurrency: int | None, model_id: str, when: datetime) -> str:
+    """vLLM's ``{label}-{rate}qps[-concurrency{N}]-{model}-{YYYYmmdd-HHMMSS}.json``."""
+    concurrency = f"-concurrency{max_concurrency}" if max_concurrency is not None else ""
+    return f"{label}-{request_rate}qps{concurrency}-{model_id.split('/')[-1]}-{when.strftime('%Y%m%d-%H%M%S')}.json"
+
+
+def records_path(result_path: Path, fmt: str) -> Path:
+    stem = result_path.name[:-5] if result_path.name.endswith(".json") else result_path.name
+    return result_path.with_name(f"{stem}.records.{'parquet' if fmt == 'parquet' else 'jsonl'}")
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, allow_nan=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def write_records(path: Path, records: Sequence[RequestRecord], fmt: str = "jsonl") -> None:
+    """One row per request with raw timestamps, for pandas (``pd.read_json(path, lines=True)``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "parquet":
+        import pandas as pd
+
+        try:
+            pd.DataFrame([r.to_dict() for r in records]).to_parquet(path)
+        except ImportError as exc:
+            raise ConfigError(f"--records-format parquet needs pyarrow: pip install pyarrow ({exc})") from None
+        return
+    with open(path, "wb") as f:
+        for r in records:
+            f.write(orjson.dumps(r.to_dict()) + b"\n")
+
+
+def read_records(path: str | Path) -> list[RequestRecord]:
+    path = Path(path)
+    if path.suffix == ".parquet":
+        import pandas as pd
+
+        return [RequestRecord.from_dict(row) for row in pd.read_parquet(path).to_dict("records")]
+    with open(path, "rb") as f:
+        return [RequestRecord.from_dict(orjson.loads(line)) for line in f if line.strip()]

@@ -1,0 +1,286 @@
+"""Orchestrate one ``llmload bench`` run: target, workload, schedule, dispatch, metrics, outputs."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shlex
+import signal
+import sys
+from contextlib import ExitStack
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from llmload.errors import ConfigError, EndpointError, LLMLoadError
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _api_key(args: argparse.Namespace) -> str | None:
+    if args.api_key_file:
+        try:
+            key = Path(args.api_key_file).read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"--api-key-file: cannot read {args.api_key_file}: {exc.strerror}") from None
+        if not key:
+            raise ConfigError(f"--api-key-file: {args.api_key_file} is empty")
+        return key
+    return os.environ.get("OPENAI_API_KEY") or None
+
+
+def _base_url(args: argparse.Namespace) -> str | None:
+    if args.base_url:
+        if args.host or args.port:
+            raise ConfigError("give either --base-url or --host/--port, not both")
+        if not args.base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"--base-url must start with http:// or https://, got {args.base_url!r}")
+        return args.base_url.rstrip("/")
+    if args.host or args.port:
+        return f"http://{args.host or '127.0.0.1'}:{args.port or 8000}"
+    return None
+
+
+def _parse_goodput(items: list[str] | None) -> dict[str, float] | None:
+    if not items:
+        return None
+    slos: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.partition(":")
+        if not sep or name not in ("ttft", "tpot", "e2el"):
+            raise ConfigError(f"--goodput: expected METRIC:MS with METRIC one of ttft, tpot, e2el, got {item!r}")
+        try:
+            slos[name] = float(value)
+        except ValueError:
+            raise ConfigError(f"--goodput: {item!r}: {value!r} is not a number of milliseconds") from None
+    return slos
+
+
+def _parse_list(text: str, flag: str, cast: type) -> list:
+    try:
+        return [cast(x.strip()) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f"{flag}: cannot parse {text!r}") from None
+
+
+def _parse_metadata(items: list[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--metadata: expected KEY=VALUE, got {item!r}")
+        out[key] = value
+    return out
+
+
+def _served_models(base_url: str, api_key: str | None) -> list[str]:
+    import urllib.error
+    import urllib.request
+
+    import orjson
+
+    request = urllib.request.Request(f"{base_url}/v1/models")
+    if api_key:
+        request.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            data = orjson.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        raise EndpointError(f"{base_url}/v1/models answered HTTP {exc.code}; pass --model") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise EndpointError(f"cannot reach the server at {base_url}: {reason}") from None
+    except ValueError:
+        raise EndpointError(f"{base_url}/v1/models did not return JSON; pass --model") from None
+    return [m.get("id", "") for m in data.get("data", []) if isinstance(m, dict)]
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    # Locust monkey-patches the standard library with gevent on import: do it before anything else runs.
+    import gevent
+    import numpy as np
+    from locust.env import Environment
+
+    from llmload._compat import import_transformers
+    from llmload.arrivals import validate_arrivals, vllm_send_offsets
+    from llmload.bench.dispatch import run_open_loop
+    from llmload.bench.health import HealthMonitor
+    from llmload.bench.progress import Progress
+    from llmload.bench.results import default_filename, records_path, write_json, write_records
+    from llmload.datasets import load_samples
+    from llmload.events import llm_events
+    from llmload.metrics import compute_metrics, detailed_lists
+    from llmload.simproc import SimProcess
+    from llmload.summary import format_run_header, format_summary
+    from llmload.tokenizer import load_tokenizer
+    from llmload.users import LLMUser
+
+    base_url = _base_url(args)
+    api_key = _api_key(args)
+    goodput = _parse_goodput(args.goodput)
+    percentiles = _parse_list(args.metric_percentiles, "--metric-percentiles", float)
+    selected = _parse_list(args.percentile_metrics, "--percentile-metrics", str)
+    metadata = _parse_metadata(args.metadata)
+    validate_arrivals(args.request_rate, args.burstiness, args.ramp_up_strategy, args.ramp_up_start_rps,
+                      args.ramp_up_end_rps)
+    use_sim = base_url is None
+    num_prompts = args.num_prompts or (SIM_PROMPTS if use_sim else 1000)
+
+    with ExitStack() as stack:
+        if use_sim:
+            sim_args = ["--tokenizer", "builtin", *shlex.split(args.sim_args)]
+            if args.model:
+                sim_args += ["--model", args.model]
+            _log(f"No --base-url given: starting the built-in simulator (llmload sim {' '.join(sim_args)})")
+            sim = stack.enter_context(SimProcess(sim_args))
+            base_url = sim.url
+            _log(f"Simulator ready at {base_url} (pid {sim.pid}); it is stopped when the run ends")
+        assert base_url is not None
+
+        model = args.model
+        if not model:
+            served = _served_models(base_url, api_key)
+            if not served:
+                raise EndpointError(f"{base_url}/v1/models lists no model; pass --model")
+            model = served[0]
+        tokenizer_id = args.tokenizer or ("builtin" if use_sim else model)
+        _log(f"Loading tokenizer {tokenizer_id!r} and {num_prompts} prompts from the {args.dataset_name} dataset")
+        import_transformers()
+        tokenizer = load_tokenizer(tokenizer_id, trust_remote_code=args.trust_remote_code)
+        options: dict[str, Any] = {}
+        if args.dataset_name == "sharegpt":
+            options["fixed_output_len"] = args.sharegpt_output_len
+        elif args.dataset_name == "random":
+            options.update(input_len=args.random_input_len, output_len=args.random_output_len,
+                           range_ratio=args.random_range_ratio, prefix_len=args.random_prefix_len)
+        else:
+            options["default_output_len"] = args.custom_output_len
+        samples = load_samples(args.dataset_name, args.dataset_path, tokenizer, num_prompts, args.seed, **options)
+        if len(samples) < num_prompts:
+            _log(f"warning: the dataset gave {len(samples)} usable prompts, fewer than --num-prompts {num_prompts}")
+        if not samples:
+            raise LLMLoadError("the dataset gave no usable prompts")
+
+        rng = np.random.RandomState(args.seed)
+        offsets = vllm_send_offsets(len(samples), args.request_rate, args.burstiness, rng=rng,
+                                    ramp_up_strategy=args.ramp_up_strategy,
+                                    ramp_up_start_rps=args.ramp_up_start_rps,
+                                    ramp_up_end_rps=args.ramp_up_end_rps)
+
+        concurrency = args.max_concurrency or len(samples)
+        user_class = type(
+            "BenchUser",
+            (LLMUser,),
+            {
+                "abstract": False,
+                "host": base_url,
+                "backend": args.backend,
+                "endpoint": args.endpoint,
+                "model": args.served_model_name or model,
+                "ignore_eos": args.ignore_eos,
+                "ttft_rule": args.ttft_rule,
+                "api_key": api_key,
+                "concurrency": concurrency + 1,
+            },
+        )
+        env = Environment(user_classes=[user_class], host=base_url)
+        user = user_class(env)
+
+        _log("Starting initial single prompt test run...")
+        probe = user.send(samples[0])
+        if not probe.success:
+            raise EndpointError(
+                f"initial test request to {base_url}{user._path} failed: {probe.error}. "
+                "Check --base-url, --backend, --endpoint and --model."
+            )
+        _log("Initial test run completed. Starting main benchmark run...")
+        print(format_run_header(args.request_rate, args.burstiness, args.max_concurrency,
+                                ramp_up_strategy=args.ramp_up_strategy, ramp_up_start_rps=args.ramp_up_start_rps,
+                                ramp_up_end_rps=args.ramp_up_end_rps), flush=True)
+
+        progress = Progress(len(samples))
+        health = HealthMonitor()
+        stop = gevent.event.Event()
+
+        def on_interrupt() -> None:
+            if stop.is_set():
+                return
+            _log("\nInterrupted: stopping; requests in flight are cut off and the results so far are kept")
+            stop.set()
+
+        gevent.signal_handler(signal.SIGINT, on_interrupt)
+        gevent.signal_handler(signal.SIGTERM, on_interrupt)
+        if not args.disable_tqdm:
+            llm_events.request_complete.add_listener(progress.on_record)
+            progress.start()
+        health.start()
+        try:
+            result = run_open_loop(user.new_record, user.send, samples, offsets,
+                                   max_concurrency=args.max_concurrency, stop_event=stop)
+        finally:
+            health.stop()
+            if not args.disable_tqdm:
+                progress.stop()
+                llm_events.request_complete.remove_listener(progress.on_record)
+
+    records = sorted(result.records, key=lambda r: r.intended_send or 0.0)
+    for r in records:
+        if r.output_tokens_source == "pending":
+            r.output_tokens = len(tokenizer(r.generated_text, add_special_tokens=False).input_ids)
+            r.output_tokens_source = "tokenizer"
+    unsent = len(samples) - len(records)
+    health_report = health.report(result.schedule_lags_s)
+    metrics = compute_metrics(records, max(result.duration, 1e-9), goodput_slos=goodput,
+                              selected_percentiles=percentiles, selected_metrics=selected,
+                              ttft_rule=args.ttft_rule, schedule_lags_s=result.schedule_lags_s)
+    print(format_summary(metrics, backend_label=args.backend, request_rate=args.request_rate,
+                         burstiness=args.burstiness, max_concurrency=args.max_concurrency,
+                         client_health=health_report), flush=True)
+    if unsent:
+        print(f"{'Not sent (run stopped early):':<40} {unsent:<10}")
+    if metrics.failed:
+        errors: dict[str, int] = {}
+        for r in records:
+            if not r.success and not r.cut_off:
+                errors[r.error] = errors.get(r.error, 0) + 1
+        top = sorted(errors.items(), key=lambda kv: -kv[1])[:3]
+        for message, n in top:
+            _log(f"  {n} failed: {message}")
+
+    if args.save_result or args.save_detailed:
+        now = datetime.now()
+        rate_text = "inf" if math.isinf(args.request_rate) else args.request_rate
+        data: dict[str, Any] = {
+            "date": now.strftime("%Y%m%d-%H%M%S"),
+            "backend": args.backend,
+            "endpoint_type": args.backend,
+            "label": args.label,
+            "model_id": model,
+            "tokenizer_id": tokenizer_id,
+            "num_prompts": len(samples),
+            "dataset_name": args.dataset_name,
+            "base_url": base_url if not use_sim else "llmload-sim",
+            **metadata,
+            "request_rate": rate_text,
+            "burstiness": args.burstiness,
+            "max_concurrency": args.max_concurrency,
+            **metrics.to_result_dict(),
+            "client_health": health_report,
+            "not_sent": unsent,
+        }
+        if args.save_detailed:
+            data.update(detailed_lists(records, metrics))
+        label = args.label or args.backend
+        filename = args.result_filename or default_filename(label, args.request_rate, args.max_concurrency, model, now)
+        path = Path(args.result_dir) / filename
+        write_json(path, data)
+        rec_path = records_path(path, args.records_format)
+        write_records(rec_path, records, args.records_format)
+        _log(f"Saved result to {path} and {len(records)} request records to {rec_path}")
+    return 0 if metrics.completed else 1
+
+
+SIM_PROMPTS = 200

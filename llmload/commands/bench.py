@@ -1,0 +1,106 @@
+"""Benchmark an LLM server headlessly, as vLLM's benchmark_serving.py does: same flags, same summary block,
+same result JSON keys, plus exact TPOT excluding the first ITL, queue time, schedule lag and client health.
+
+With no --base-url/--host, the built-in simulated engine (llmload sim) is started on a free loopback port,
+benchmarked and stopped: the zero-setup first run.
+
+examples:
+  llmload bench                                             # 200 ShareGPT prompts against the simulator
+  llmload bench --base-url http://gpu-box:8000 --model Qwen/Qwen3-8B --num-prompts 500 --request-rate 10
+  llmload bench --backend openai-chat --endpoint /v1/chat/completions --max-concurrency 64 --save-result
+
+environment:
+  OPENAI_API_KEY       sent as 'Authorization: Bearer ...' (or use --api-key-file); never printed or saved
+  LLMLOAD_DEBUG=1      show tracebacks
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from llmload.backends import BACKENDS
+from llmload.datasets import DATASET_NAMES
+
+SIM_DEFAULT_PROMPTS = 200
+
+
+def _rate(text: str) -> float:
+    value = float(text)
+    if math.isnan(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 or inf, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    target = parser.add_argument_group("target (none given: start the built-in simulator)")
+    target.add_argument("--backend", choices=BACKENDS, default="vllm", help="wire dialect (default: %(default)s)")
+    target.add_argument("--base-url", help="server base URL, e.g. http://127.0.0.1:8000")
+    target.add_argument("--host", help="server host (default 127.0.0.1 when --port is given)")
+    target.add_argument("--port", type=int, help="server port (default 8000 when --host is given)")
+    target.add_argument("--endpoint", help="request path (default: the backend's, e.g. /v1/completions)")
+    target.add_argument("--model", help="model name (default: the first one the server lists at /v1/models)")
+    target.add_argument("--served-model-name", help="model name sent in requests, if it differs from --model")
+    target.add_argument("--api-key-file", help="file holding the API key (else $OPENAI_API_KEY)")
+    target.add_argument("--sim-args", default="",
+                        help="extra 'llmload sim' flags for the built-in simulator, e.g. \"--profile tiny\"")
+
+    data = parser.add_argument_group("workload")
+    data.add_argument("--dataset-name", choices=DATASET_NAMES, default="sharegpt", help="(default: %(default)s)")
+    data.add_argument("--dataset-path", help="dataset file (default for sharegpt: the shipped synthetic sample)")
+    data.add_argument("--num-prompts", type=_positive_int,
+                      help=f"number of requests (default 1000; {SIM_DEFAULT_PROMPTS} against the built-in simulator)")
+    data.add_argument("--tokenizer", help="tokenizer name or local dir ('builtin': the shipped one; default: "
+                                          "the model's own, or builtin against the simulator)")
+    data.add_argument("--trust-remote-code", action="store_true")
+    data.add_argument("--seed", type=int, default=0)
+    data.add_argument("--sharegpt-output-len", type=_positive_int, help="fix every output length")
+    data.add_argument("--random-input-len", type=_positive_int, default=1024)
+    data.add_argument("--random-output-len", type=_positive_int, default=128)
+    data.add_argument("--random-range-ratio", type=float, default=0.0)
+    data.add_argument("--random-prefix-len", type=int, default=0)
+    data.add_argument("--custom-output-len", type=_positive_int, default=256,
+                      help="output length for custom JSONL rows without output_len")
+    data.add_argument("--ignore-eos", action="store_true", help="ask the server to ignore EOS")
+
+    load = parser.add_argument_group("arrivals")
+    load.add_argument("--request-rate", type=_rate, default=math.inf,
+                      help="requests/s, Poisson (gamma with --burstiness) open loop; inf sends all at once")
+    load.add_argument("--burstiness", type=float, default=1.0, help="gamma shape; 1 = Poisson, < 1 burstier")
+    load.add_argument("--max-concurrency", type=_positive_int, help="cap on requests in flight")
+    load.add_argument("--ramp-up-strategy", choices=("linear", "exponential"))
+    load.add_argument("--ramp-up-start-rps", type=float)
+    load.add_argument("--ramp-up-end-rps", type=float)
+
+    measure = parser.add_argument_group("metrics")
+    measure.add_argument("--goodput", nargs="+", metavar="METRIC:MS",
+                         help="SLOs for goodput, e.g. ttft:500 tpot:50 (metrics ttft, tpot, e2el)")
+    measure.add_argument("--percentile-metrics", default="ttft,tpot,itl",
+                         help="metrics reported with percentiles: ttft,tpot,itl,e2el (default: %(default)s)")
+    measure.add_argument("--metric-percentiles", default="99", help="e.g. 25,50,99 (default: %(default)s)")
+    measure.add_argument("--ttft-rule", choices=("content", "vllm"), default="content",
+                         help="content: first event with text (default); vllm: first event with choices")
+
+    out = parser.add_argument_group("output")
+    out.add_argument("--save-result", action="store_true", help="write the result JSON and the records file")
+    out.add_argument("--save-detailed", action="store_true",
+                     help="also put per-request lists (ttfts, itls, ...) into the result JSON")
+    out.add_argument("--result-dir", default=".", help="(default: current directory)")
+    out.add_argument("--result-filename", help="(default: vLLM's {label}-{rate}qps-{model}-{date}.json)")
+    out.add_argument("--records-format", choices=("jsonl", "parquet"), default="jsonl")
+    out.add_argument("--metadata", nargs="*", metavar="KEY=VALUE", help="extra keys for the result JSON")
+    out.add_argument("--label", help="label in the result file name (default: the backend)")
+    out.add_argument("--disable-tqdm", action="store_true", help="no progress line on stderr")
+
+
+def run(args: argparse.Namespace) -> int:
+    from llmload.bench.run import run_bench
+
+    return run_bench(args)
