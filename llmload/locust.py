@@ -1,0 +1,18 @@
+"""Ready-made user classes for locustfiles; importing this module installs llmload's options and hooks."""
+
+from __future__ import annotations
+
+from llmload.plugin import install
+from llmload.users import ChatUser, CompletionsUser, LLMUser
+
+install()
+
+
+class ShareGPTUser(LLMUser):
+    """Replays ShareGPT prompts (or ``--dataset-name``'s) as streaming requests; configured by llmload's
+    options (``--backend``, ``--model``, ``--dataset-path``, ``--tokenizer``, ``--max-tokens``, ...)."""
+
+    abstract = True
+
+
+__all__ = ["ChatUser", "CompletionsUser", "LLMUser", "ShareGPTUser"]

@@ -1,0 +1,130 @@
+"""Wire llmload into a ``locust -f`` run: options, the workload, record collection and the final summary.
+
+A locustfile only needs ``from llmload.locust import ShareGPTUser``; importing it calls :func:`install` once.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from locust import events
+
+from llmload.events import llm_events
+from llmload.records import RequestRecord
+
+_installed = False
+#: records measured in this process
+records: list[RequestRecord] = []
+_workload_key: tuple | None = None
+
+
+def install() -> None:
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    from llmload.options import add_options
+
+    events.init_command_line_parser.add_listener(add_options)
+    events.test_start.add_listener(_on_test_start)
+    events.quitting.add_listener(_on_quitting)
+    llm_events.request_complete.add_listener(_collect)
+
+
+def _collect(record: RequestRecord, **_: Any) -> None:
+    records.append(record)
+
+
+def _is_master(environment: Any) -> bool:
+    from locust.runners import MasterRunner
+
+    return isinstance(environment.runner, MasterRunner)
+
+
+def configure_users(environment: Any) -> None:
+    """Build the workload from the parsed options and hand it to every LLM user class."""
+    global _workload_key
+    from llmload._compat import import_transformers
+    from llmload.datasets import load_samples
+    from llmload.errors import LLMLoadError
+    from llmload.options import api_key
+    from llmload.tokenizer import load_tokenizer
+    from llmload.users import LLMUser
+    from llmload.workload import Workload
+
+    opts = environment.parsed_options
+    host = (environment.host or "").rstrip("/")
+    model = opts.model
+    if not model and host:
+        from llmload.bench.run import _served_models
+
+        try:
+            served = _served_models(host, api_key(opts))
+            model = served[0] if served else ""
+        except LLMLoadError:
+            model = ""
+    tokenizer_id = opts.tokenizer or model or "builtin"
+    key = (opts.dataset_name, opts.dataset_path, opts.num_prompts, opts.seed, opts.max_tokens, tokenizer_id)
+    for cls in environment.user_classes:
+        if issubclass(cls, LLMUser):
+            cls.backend = opts.backend
+            cls.endpoint = opts.endpoint or None
+            cls.model = cls.model or model
+            cls.ignore_eos = opts.ignore_eos
+            cls.ttft_rule = opts.ttft_rule
+            cls.api_key = api_key(opts)
+    if key == _workload_key:
+        return
+    try:
+        import_transformers()
+        tokenizer = load_tokenizer(tokenizer_id)
+        options: dict[str, Any] = {}
+        if opts.dataset_name == "sharegpt" and opts.max_tokens:
+            options["fixed_output_len"] = opts.max_tokens
+        elif opts.dataset_name == "random" and opts.max_tokens:
+            options["output_len"] = opts.max_tokens
+        elif opts.dataset_name == "custom":
+            options["default_output_len"] = opts.max_tokens or 256
+        samples = load_samples(opts.dataset_name, opts.dataset_path or None, tokenizer, opts.num_prompts, opts.seed,
+                               **options)
+    except LLMLoadError as exc:
+        sys.stderr.write(f"llmload: error: {exc}\n")
+        environment.process_exit_code = 1
+        if environment.runner is not None:
+            environment.runner.quit()
+        return
+    index = getattr(environment.runner, "worker_index", 0) or 0
+    count = getattr(environment.runner, "worker_count", 1) or 1
+    workload = Workload(samples, index, count)
+    for cls in environment.user_classes:
+        if issubclass(cls, LLMUser):
+            cls.workload = workload
+    _workload_key = key
+
+
+def _on_test_start(environment: Any, **_: Any) -> None:
+    if not _is_master(environment):
+        configure_users(environment)
+
+
+def _on_quitting(environment: Any, **_: Any) -> None:
+    if _is_master(environment) or not records:
+        return
+    from llmload.metrics import compute_metrics
+    from llmload.summary import format_summary
+
+    done = [r for r in records if r.chunk_times]
+    start = min(r.start for r in records)
+    end = max((r.end or r.start) for r in done) if done else start
+    metrics = compute_metrics(records, max(end - start, 1e-9), selected_metrics=("ttft", "tpot", "itl", "e2el"),
+                              ttft_rule=records[0].backend and environment.parsed_options.ttft_rule)
+    print(format_summary(metrics, backend_label=environment.parsed_options.backend), file=sys.stderr, flush=True)
+    path = environment.parsed_options.llm_records
+    if path:
+        from pathlib import Path
+
+        from llmload.bench.results import write_records
+
+        write_records(Path(path), records)
+        print(f"llmload: wrote {len(records)} request records to {path}", file=sys.stderr, flush=True)

@@ -1,0 +1,19 @@
+"""Replay ShareGPT prompts as streaming completions and time every token.
+
+    locust -f locustfiles/sharegpt.py --host http://127.0.0.1:8000 --backend vllm --model my-model
+
+Options (also LLMLOAD_* environment variables and the web UI's start form): --backend, --model, --endpoint,
+--dataset-name, --dataset-path, --num-prompts, --tokenizer, --max-tokens, --ignore-eos, --ttft-rule.
+"""
+
+from locust import run_single_user
+
+from llmload.locust import ShareGPTUser
+
+
+class ShareGPT(ShareGPTUser):
+    pass
+
+
+if __name__ == "__main__":
+    run_single_user(ShareGPT)
