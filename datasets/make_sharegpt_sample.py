@@ -41,8 +41,8 @@ SEED = 20240601
 NUM_CONVERSATIONS = 3000
 
 # Lognormal token targets: (median, sigma). Calibrated with the builtin tokenizer (see module doc).
-FIRST_PROMPT = (122.0, 1.25)
-FIRST_ANSWER = (135.0, 0.75)
+FIRST_PROMPT = (127.0, 1.25)
+FIRST_ANSWER = (130.0, 0.75)
 FOLLOWUP_PROMPT = (28.0, 1.1)
 FOLLOWUP_ANSWER = (120.0, 0.75)
 MAX_TURN_TOKENS = 6000

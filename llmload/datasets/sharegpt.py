@@ -119,7 +119,7 @@ def sample_sharegpt(
             break
         prompt_len = token_len(tokenizer, prompt)
         output_len = token_len(tokenizer, completion) if fixed_output_len is None else fixed_output_len
-        if prompt_len < MIN_LEN or (output_len < MIN_LEN):
+        if prompt_len < MIN_LEN or (fixed_output_len is None and output_len < MIN_LEN):
             continue
         if prompt_len > MAX_PROMPT_LEN or prompt_len + output_len > MAX_TOTAL_LEN:
             continue
