@@ -1,9 +1,10 @@
 """Locust users that send one streaming completion per task and time every token.
 
-The stream is read line by line with geventhttpclient's ``readline`` (DESIGN §8: ``iter_lines`` batches
-1 KB and must not be used); each line is timestamped with ``perf_counter`` the moment it is returned,
-before any parsing. Locust's stats table gets three rows per request, ``LLM E2E`` (with failures),
-``LLM TTFT`` and ``LLM TPOT``, for the live view; reported numbers come from :class:`RequestRecord`.
+The stream is read by :mod:`llmload.transport`: every ``recv`` is timestamped the moment it returns and the
+lines it completed carry that time; JSON is parsed after the stream, or live when someone listens to the
+``first_token``/``token`` hooks (DESIGN §8: per-event work in the read loop delays later timestamps).
+Locust's stats table gets three rows per request, ``LLM E2E`` (with failures), ``LLM TTFT`` and
+``LLM TPOT``, for the live view; reported numbers come from :class:`RequestRecord`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from llmload.datasets.base import SampleRequest
 from llmload.events import llm_events
 from llmload.records import RequestRecord
 from llmload.sse import DONE, parse_line
+from llmload.transport import HTTPError, Pool, Response
 
 TTFT_RULES = ("content", "vllm")
 _ids = itertools.count(1)
@@ -49,8 +51,6 @@ class LLMUser(FastHttpUser):
     #: queueing before the first token can exceed Locust's 60 s default
     network_timeout = 600.0
     connection_timeout = 30.0
-    #: a user streams one request at a time; dispatchers that need more raise it
-    concurrency = 1
     #: where :meth:`generate` takes its next sample; set by the locustfile or llmload's options
     workload: ClassVar[Any] = None
 
@@ -63,6 +63,8 @@ class LLMUser(FastHttpUser):
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         self._headers = headers
+        self._pool = Pool(self.host or environment.host or "", connect_timeout=self.connection_timeout,
+                          read_timeout=self.network_timeout)
 
     @task
     def generate(self) -> None:
@@ -102,136 +104,34 @@ class LLMUser(FastHttpUser):
         headers["X-Request-Id"] = record.request_id
         payload = orjson.dumps(body)
         streaming = bool(body.get("stream", True))
+        reader = StreamReader(self, record, streaming)
+        # live parsing only when someone listens to the token hooks; else parse once after the stream
+        live = reader.on_lines if (llm_events.first_token._handlers or llm_events.token._handlers) else None
+        exception: Exception | None = None
         record.start = perf_counter()
         try:
-            with self.client.post(
-                self._path, data=payload, headers=headers, stream=True, catch_response=True, name="E2E"
-            ) as resp:
-                resp.request_meta["request_type"] = "LLM"
-                self._read(resp, record, streaming)
-                if record.success:
-                    e2el = record.e2el or 0.0
-                    resp.request_meta["response_time"] = e2el * 1000.0
-                    resp.request_meta["response_length"] = len(record.generated_text)
-                    resp.success()
-                else:
-                    resp.failure(record.error or "request failed")
-        except Exception as exc:  # a bug in a listener or the client must not kill the user
-            if not record.error:
-                record.error = one_line(f"{type(exc).__name__}: {exc}")
-            record.success = False
+            resp = self._pool.request("POST", self._path, headers, payload, live)
+        except (HTTPError, OSError) as exc:
+            partial = getattr(exc, "response", None)
+            if partial is not None and live is None and partial.status == 200 and streaming:
+                reader._consume(partial.lines, 0, live=False)  # keep the tokens that did arrive
+            reader.fail_transport(exc)
+            exception = exc
+        except Exception as exc:
+            record.error = one_line(f"{type(exc).__name__}: {exc}")
+            exception = exc
+        else:
+            reader.finish(resp)
+        fire = self.environment.events.request.fire
         if record.success:
+            fire(request_type="LLM", name="E2E", response_time=(record.e2el or 0.0) * 1000.0,
+                 response_length=len(record.generated_text), exception=None, context={})
             self._fire_live_rows(record)
+        else:
+            fire(request_type="LLM", name="E2E", response_time=(perf_counter() - record.start) * 1000.0,
+                 response_length=0, exception=exception or LLMRequestFailed(record.error), context={})
         llm_events.request_complete.fire(record=record, user=self)
         return record
-
-    def _read(self, resp: Any, record: RequestRecord, streaming: bool) -> None:
-        status = resp.status_code or 0
-        record.status_code = status
-        if status == 0:
-            error = getattr(resp, "error", None)
-            record.error = one_line(f"connection failed: {type(error).__name__}: {error}" if error else "no response")
-            return
-        raw = resp._response
-        if status != 200:
-            try:
-                text = resp.content.decode("utf-8", "replace") if resp.content else ""
-            except Exception as exc:
-                text = f"({type(exc).__name__} reading the error body)"
-            record.error = one_line(f"HTTP {status}: {text}")
-            return
-        try:
-            if streaming:
-                self._read_stream(raw, record)
-            else:
-                self._read_whole(resp, record)
-        except Exception as exc:
-            record.error = one_line(f"stream broken after {len(record.chunk_times)} events: {type(exc).__name__}: {exc}")
-        finally:
-            try:
-                raw.release()
-            except Exception:
-                pass
-        if not record.error:
-            if not record.chunk_times:
-                record.error = "stream ended without any content"
-            else:
-                record.success = True
-
-    def _read_stream(self, raw: Any, record: RequestRecord) -> None:
-        backend = self._backend
-        parse_event = backend.parse_event
-        state = backend.new_state()
-        readline = raw.readline
-        content_rule = self.ttft_rule != "vllm"
-        times = record.chunk_times
-        tokens = record.chunk_tokens
-        texts: list[str] = []
-        first_token = llm_events.first_token
-        token_hook = llm_events.token
-        completion_tokens = None
-        while True:
-            line = readline(b"\n")
-            t = perf_counter()
-            if not line:
-                break  # EOF: servers such as transformers serve send no [DONE]
-            payload = parse_line(line)
-            if payload is None:
-                continue
-            if payload == DONE:
-                continue  # read on to the end of the HTTP message so the connection can be reused
-            ev = parse_event(payload, state)
-            if ev.error is not None:
-                record.error = ev.error
-                break
-            if ev.completion_tokens is not None:
-                completion_tokens = ev.completion_tokens
-            if ev.prompt_tokens is not None:
-                record.server_prompt_tokens = ev.prompt_tokens
-            if ev.content if content_rule else (ev.has_choices or ev.content):
-                n = ev.tokens or 1
-                if times:
-                    itl = t - times[-1]
-                    times.append(t)
-                    tokens.append(n)
-                    texts.append(ev.text)
-                    if token_hook._handlers:
-                        token_hook.fire(record=record, itl=itl, tokens=n, text=ev.text, user=self)
-                else:
-                    record.first_token = t
-                    times.append(t)
-                    tokens.append(n)
-                    texts.append(ev.text)
-                    if first_token._handlers:
-                        first_token.fire(record=record, text=ev.text, user=self)
-            elif ev.text:
-                texts.append(ev.text)
-        record.generated_text = "".join(texts)
-        if completion_tokens is not None:
-            record.output_tokens = completion_tokens
-            record.output_tokens_source = "usage"
-        elif backend.tokens_per_event_known:
-            record.output_tokens = sum(tokens)
-            record.output_tokens_source = "chunks"
-        else:
-            # counted after the run by re-tokenizing the text (never in the stream loop)
-            record.output_tokens = len(tokens)
-            record.output_tokens_source = "pending"
-
-    def _read_whole(self, resp: Any, record: RequestRecord) -> None:
-        body = resp.content or b""
-        t = perf_counter()
-        text, completion_tokens, prompt_tokens = self._backend.parse_response(body)
-        record.first_token = t
-        record.chunk_times.append(t)
-        record.chunk_tokens.append(completion_tokens or 1)
-        record.generated_text = text
-        record.server_prompt_tokens = prompt_tokens
-        if completion_tokens is not None:
-            record.output_tokens = completion_tokens
-            record.output_tokens_source = "usage"
-        else:
-            record.output_tokens_source = "pending"
 
     def _fire_live_rows(self, record: RequestRecord) -> None:
         fire = self.environment.events.request.fire
@@ -257,3 +157,136 @@ class ChatUser(LLMUser):
 
     abstract = True
     backend = "openai-chat"
+
+
+class LLMRequestFailed(Exception):
+    """A request that got an answer, but not a usable one (HTTP error, error event, empty stream)."""
+
+
+class StreamReader:
+    """Turns a response's timestamped lines into a :class:`RequestRecord`, per the run's TTFT rule."""
+
+    __slots__ = ("backend", "completion_tokens", "content_rule", "done", "record", "state", "streaming", "texts",
+                 "user")
+
+    def __init__(self, user: LLMUser, record: RequestRecord, streaming: bool) -> None:
+        self.user = user
+        self.record = record
+        self.streaming = streaming
+        self.backend = user._backend
+        self.state = self.backend.new_state()
+        self.content_rule = user.ttft_rule != "vllm"
+        self.texts: list[str] = []
+        self.completion_tokens: int | None = None
+        self.done = 0
+
+    def on_lines(self, resp: Response, first: int) -> None:
+        """Live mode: parse the lines that just arrived and fire the token hooks."""
+        if resp.status == 200 and self.streaming and not self.record.error:
+            self._consume(resp.lines, first, live=True)
+
+    def _consume(self, lines: list[tuple[float, bytes]], first: int, live: bool) -> None:
+        record = self.record
+        parse_event = self.backend.parse_event
+        state = self.state
+        times = record.chunk_times
+        tokens = record.chunk_tokens
+        texts = self.texts
+        content_rule = self.content_rule
+        user = self.user
+        for i in range(max(first, self.done), len(lines)):
+            t, line = lines[i]
+            payload = parse_line(line)
+            if payload is None or payload == DONE:
+                continue
+            ev = parse_event(payload, state)
+            if ev.error is not None:
+                record.error = ev.error
+                self.done = len(lines)
+                return
+            if ev.completion_tokens is not None:
+                self.completion_tokens = ev.completion_tokens
+            if ev.prompt_tokens is not None:
+                record.server_prompt_tokens = ev.prompt_tokens
+            if ev.content if content_rule else (ev.has_choices or ev.content):
+                n = ev.tokens or 1
+                texts.append(ev.text)
+                if times:
+                    itl = t - times[-1]
+                    times.append(t)
+                    tokens.append(n)
+                    if live:
+                        llm_events.token.fire(record=record, itl=itl, tokens=n, text=ev.text, user=user)
+                else:
+                    record.first_token = t
+                    times.append(t)
+                    tokens.append(n)
+                    if live:
+                        llm_events.first_token.fire(record=record, text=ev.text, user=user)
+            elif ev.text:
+                texts.append(ev.text)
+        self.done = len(lines)
+
+    def finish(self, resp: Response) -> None:
+        record = self.record
+        record.status_code = resp.status
+        if resp.status != 200:
+            text = resp.body.decode("utf-8", "replace") if resp.body else ""
+            record.error = one_line(f"HTTP {resp.status}: {text}")
+            return
+        if not self.streaming:
+            self._finish_whole(resp)
+            return
+        if not record.error:
+            self._consume(resp.lines, self.done, live=False)
+        record.generated_text = "".join(self.texts)
+        if self.completion_tokens is not None:
+            record.output_tokens = self.completion_tokens
+            record.output_tokens_source = "usage"
+        elif self.backend.tokens_per_event_known:
+            record.output_tokens = sum(record.chunk_tokens)
+            record.output_tokens_source = "chunks"
+        else:
+            # counted after the run by re-tokenizing the text (never in the stream loop)
+            record.output_tokens = len(record.chunk_tokens)
+            record.output_tokens_source = "pending"
+        if not record.error:
+            if record.chunk_times:
+                record.success = True
+            else:
+                record.error = "stream ended without any content"
+
+    def _finish_whole(self, resp: Response) -> None:
+        record = self.record
+        t = resp.lines[-1][0] if resp.lines else perf_counter()
+        try:
+            text, completion_tokens, prompt_tokens = self.backend.parse_response(resp.body)
+        except Exception as exc:
+            record.error = one_line(str(exc))
+            return
+        record.first_token = t
+        record.chunk_times.append(t)
+        record.chunk_tokens.append(completion_tokens or 1)
+        record.generated_text = text
+        record.server_prompt_tokens = prompt_tokens
+        if completion_tokens is not None:
+            record.output_tokens = completion_tokens
+            record.output_tokens_source = "usage"
+        else:
+            record.output_tokens_source = "pending"
+        record.success = True
+
+    def fail_transport(self, exc: BaseException) -> None:
+        """The connection failed or broke mid-stream: keep what arrived, count the request as failed."""
+        record = self.record
+        name = type(exc).__name__
+        if isinstance(exc, TimeoutError) or "timed out" in str(exc):
+            what = f"timed out after {self.user.network_timeout:g} s without data"
+        else:
+            what = f"{name}: {exc}"
+        if record.chunk_times:
+            record.error = one_line(f"stream broken after {len(record.chunk_times)} events: {what}")
+        elif isinstance(exc, ConnectionRefusedError):
+            record.error = one_line(f"connection refused by {self.user._pool.host}:{self.user._pool.port}")
+        else:
+            record.error = one_line(f"request failed: {what}")

@@ -170,7 +170,6 @@ def run_bench(args: argparse.Namespace) -> int:
                                     ramp_up_start_rps=args.ramp_up_start_rps,
                                     ramp_up_end_rps=args.ramp_up_end_rps)
 
-        concurrency = args.max_concurrency or len(samples)
         user_class = type(
             "BenchUser",
             (LLMUser,),
@@ -183,7 +182,6 @@ def run_bench(args: argparse.Namespace) -> int:
                 "ignore_eos": args.ignore_eos,
                 "ttft_rule": args.ttft_rule,
                 "api_key": api_key,
-                "concurrency": concurrency + 1,
             },
         )
         env = Environment(user_classes=[user_class], host=base_url)
