@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -35,7 +35,6 @@ class Sim:
     args: tuple[str, ...]
     stderr_path: Path
     banner: str = ""
-    extra: dict = field(default_factory=dict)
 
     @property
     def host(self) -> str:
@@ -53,25 +52,21 @@ class Sim:
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    """Terminate the process we started (and its workers, which share its process group), by PID."""
+    """Terminate the process we started, by PID, then SIGKILL whatever is left of the process group we
+    created for it (its forked workers, should they outlive it)."""
     if proc.poll() is None:
         try:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # the group we created with start_new_session
-            except (ProcessLookupError, PermissionError):
-                proc.kill()
+            proc.kill()
             proc.wait(timeout=5)
         except ProcessLookupError:
             pass
-    else:
-        # the parent is gone; make sure no worker of ours outlives it
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the group start_new_session made for this process: ours only
+    except (ProcessLookupError, PermissionError):
+        pass
     if proc.stdout is not None:
         proc.stdout.close()
 
@@ -129,6 +124,12 @@ class SimFactory:
             _stop(sim.proc)
 
 
+@pytest.fixture(scope="session")
+def llmload_cmd() -> list[str]:
+    """The argv prefix that runs ``llmload``."""
+    return llmload_command()
+
+
 @pytest.fixture
 def start_sim(tmp_path: Path) -> Iterator[Callable[..., Sim]]:
     """``start_sim(*flags) -> Sim``: a fresh simulator for this test, stopped at teardown (also on failure)."""
@@ -147,3 +148,147 @@ def start_sim_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Calla
         yield factory
     finally:
         factory.close()
+
+
+# -- llmload bench / locust as child processes (issue 3's integration tests) ------------------------------
+
+_CHILD_ENV_DROP = ("OPENAI_API_KEY", "LLMLOAD_DEBUG", "HF_ENDPOINT")
+
+
+def offline_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for a child that must never touch the network: Hugging Face offline, no API key, no
+    ``LLMLOAD_*`` settings leaking in from the caller, loopback never proxied; ``extra`` on top."""
+    env = {k: v for k, v in os.environ.items() if k not in _CHILD_ENV_DROP and not k.startswith("LLMLOAD_")}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", PYTHONUNBUFFERED="1",
+               NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
+    env.update(extra or {})
+    return env
+
+
+def locust_command() -> list[str]:
+    """The installed ``locust`` console script next to this interpreter, else ``python -m locust``."""
+    script = Path(sys.executable).with_name("locust")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "locust"]
+
+
+def _end_child(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """Stop a child we started, by its PID: SIGTERM (llmload bench then stops the simulator it started),
+    then SIGKILL to the process group start_new_session made for it."""
+    if proc.poll() is None:
+        try:
+            os.kill(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+        except ProcessLookupError:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if proc.poll() is None:
+        proc.wait(timeout=5)
+
+
+@dataclass
+class ChildRun:
+    """A finished ``llmload bench`` / ``locust`` run: exit code, output, and what it saved."""
+
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+    result_dir: Path
+
+    def describe(self, tail: int = 3000) -> str:
+        return (f"$ {' '.join(self.argv)}\nexit code {self.returncode}\n--- stdout (tail) ---\n"
+                f"{self.stdout[-tail:]}\n--- stderr (tail) ---\n{self.stderr[-tail:]}")
+
+    def result_path(self) -> Path:
+        """The one result JSON in ``result_dir``."""
+        found = sorted(p for p in self.result_dir.glob("*.json"))
+        assert len(found) == 1, f"expected one result JSON in {self.result_dir}, found {found}\n{self.describe()}"
+        return found[0]
+
+    def result(self) -> dict:
+        import json
+
+        return json.loads(self.result_path().read_text())
+
+    def records_path(self) -> Path:
+        path = self.result_path()
+        return path.with_name(path.name[: -len(".json")] + ".records.jsonl")
+
+    def records(self) -> list[dict]:
+        import json
+
+        path = self.records_path()
+        assert path.exists(), f"no records file {path}\n{self.describe()}"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class ChildRunner:
+    """Runs a command to completion with a timeout; the child is always ended by PID (also on timeout,
+    failure or Ctrl-C) and its output kept for assertion messages."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.count = 0
+        self.live: list[subprocess.Popen] = []
+
+    def run(self, argv: list[str], *, env: dict[str, str] | None = None, timeout: float = 120.0,
+            cwd: Path | str | None = None, result_dir: Path | None = None) -> ChildRun:
+        self.count += 1
+        result_dir = result_dir or self.tmp / f"run{self.count}"
+        result_dir.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                env=env if env is not None else offline_env(), cwd=cwd, text=True,
+                                errors="replace", start_new_session=True)
+        self.live.append(proc)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _end_child(proc)
+            out, err = proc.communicate()
+            run = ChildRun(argv, proc.returncode, out, err, result_dir)
+            pytest.fail(f"timed out after {timeout} s\n{run.describe()}")
+        finally:
+            _end_child(proc)
+            self.live.remove(proc)
+        return ChildRun(argv, proc.returncode, out, err, result_dir)
+
+    def bench(self, *args: str, env_extra: dict[str, str] | None = None, timeout: float = 120.0) -> ChildRun:
+        """``llmload bench ARGS`` offline; ``--result-dir`` is a fresh directory unless given."""
+        args = tuple(str(a) for a in args)
+        self.count += 1
+        result_dir = self.tmp / f"bench{self.count}"
+        if "--result-dir" in args:
+            result_dir = Path(args[args.index("--result-dir") + 1])
+        else:
+            args = (*args, "--result-dir", str(result_dir))
+        return self.run([*llmload_command(), "bench", *args], env=offline_env(env_extra), timeout=timeout,
+                        result_dir=result_dir)
+
+    def close(self) -> None:
+        for proc in list(self.live):
+            _end_child(proc)
+
+
+@pytest.fixture
+def child_runner(tmp_path: Path) -> Iterator[ChildRunner]:
+    """Runs ``llmload bench`` / ``locust`` to completion (``.bench(*flags)``, ``.run(argv)``); ended by PID."""
+    runner = ChildRunner(tmp_path)
+    try:
+        yield runner
+    finally:
+        runner.close()
+
+
+@pytest.fixture(scope="module")
+def child_runner_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChildRunner]:
+    """Like ``child_runner``, for runs shared by a whole test module."""
+    runner = ChildRunner(tmp_path_factory.mktemp("runs"))
+    try:
+        yield runner
+    finally:
+        runner.close()

@@ -1,5 +1,7 @@
-"""A raw-socket HTTP/1.1 client for the simulator tests: timestamps every read the moment it happens
-(``time.perf_counter``, the same CLOCK_MONOTONIC as the server's ``time.monotonic`` on Linux) and parses later.
+"""Raw-socket HTTP/1.1 client for the sim tests: timestamps each read at once (perf_counter), parses later.
+
+``time.perf_counter`` and the server's ``time.monotonic`` are the same CLOCK_MONOTONIC on Linux, so client
+timestamps compare directly with the simulator's trace file.
 """
 
 from __future__ import annotations
@@ -151,8 +153,20 @@ def parse_response(reads: list[tuple[float, bytes]], t_send: float, start: int =
 
 
 class _Conn:
-    __slots__ = ("buf", "head_end", "index", "last", "length", "reads", "reset", "sock", "t_send", "timed_out",
-                 "chunked", "eof")
+    __slots__ = (
+        "buf",
+        "chunked",
+        "eof",
+        "head_end",
+        "index",
+        "last",
+        "length",
+        "reads",
+        "reset",
+        "sock",
+        "t_send",
+        "timed_out",
+    )
 
     def __init__(self, index: int, sock: socket.socket) -> None:
         self.index = index

@@ -1,0 +1,123 @@
+"""`llmload --help` is fast, and `llmload sim` rejects bad flags and busy ports with one clear line, no traceback."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def run_cli(llmload_cmd):
+    def run(*args: str, timeout: float = 20.0) -> subprocess.CompletedProcess:
+        return subprocess.run([*llmload_cmd, *args], capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+
+    return run
+
+
+def assert_one_error_line(stderr: str, *needles: str) -> str:
+    assert "Traceback" not in stderr, stderr
+    errors = [line for line in stderr.splitlines() if ": error:" in line]
+    assert len(errors) == 1, stderr
+    line = errors[0]
+    assert line.startswith("llmload sim: error: ")
+    assert stderr.rstrip().splitlines()[-1] == line, "the error must be the last thing printed"
+    for needle in needles:
+        assert needle in line, line
+    return line
+
+
+def test_top_level_help_is_fast_and_lists_sim(run_cli):
+    t0 = time.perf_counter()
+    out = run_cli("--help")
+    elapsed = time.perf_counter() - t0
+    assert out.returncode == 0
+    assert "sim" in out.stdout.split("commands")[-1]
+    assert elapsed < 1.0, f"llmload --help took {elapsed:.2f} s"
+
+
+def test_sim_help_lists_the_flags(run_cli):
+    out = run_cli("sim", "--help")
+    assert out.returncode == 0
+    for flag in ("--dialect", "--profile", "--ttft-ms", "--itl-ms", "--trace-file", "--error-rate", "--workers"):
+        assert flag in out.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (("--ttft-ms", "5"), ("--ttft-ms", "--itl-ms")),
+        (("--itl-ms", "5"), ("--ttft-ms", "--itl-ms")),
+        (("--error-rate", "1.5"), ("--error-rate",)),
+        (("--disconnect-rate", "-0.1"), ("--disconnect-rate",)),
+        (("--error-rate", "0.6", "--stall-rate", "0.6"), ("fault rates",)),
+        (("--tokens-per-chunk", "0"), ("--tokens-per-chunk",)),
+        (("--error-codes", "200"), ("--error-codes",)),
+        (("--dialect", "nope"), ("--dialect",)),
+        (("--profile", "nope"), ("--profile",)),
+        (("--ttft-ms", "-1", "--itl-ms", "1"), ("--ttft-ms",)),
+    ],
+    ids=["ttft-without-itl", "itl-without-ttft", "error-rate-1.5", "negative-rate", "rates-over-1",
+         "tokens-per-chunk-0", "error-code-200", "bad-dialect", "bad-profile", "negative-ttft"],
+)
+def test_bad_flags_exit_2_with_one_line(run_cli, args, needles):
+    out = run_cli("sim", "--port", "0", *args, timeout=10)
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    assert "listening" not in out.stdout
+    assert_one_error_line(out.stderr, *needles)
+
+
+@pytest.mark.parametrize("occupant_workers", ["1", "2"])
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_port_in_use_fails_clearly(start_sim, llmload_cmd, occupant_workers, workers):
+    """A second simulator on a busy port must fail, not silently share the port (SO_REUSEPORT) with the first."""
+    occupant = start_sim("--ttft-ms", "1", "--itl-ms", "1", "--workers", occupant_workers)
+    proc = subprocess.Popen(
+        [*llmload_cmd, "sim", "--host", "127.0.0.1", "--port", str(occupant.port), "--workers", workers],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=5)
+        pytest.fail(f"a second simulator started on busy port {occupant.port}: {out.strip()}")
+    assert proc.returncode != 0
+    assert "listening" not in out
+    assert_one_error_line(err, str(occupant.port), "in use")
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live processes in process group ``pgid`` (the simulator and the workers it forked)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_stops_cleanly_on_signal_right_after_listening(start_sim, sig, workers):
+    """Once 'listening' is printed, a signal must stop the simulator and every worker, with exit status 0.
+    Signalled the moment the line appears (what a script or test harness does); a few tries, as it is a race."""
+    for _ in range(3):
+        sim = start_sim("--ttft-ms", "1", "--itl-ms", "1", "--workers", workers)
+        sim.proc.send_signal(sig)
+        code = sim.proc.wait(timeout=5)
+        deadline = time.monotonic() + 0.5  # the parent reaps its workers before it exits
+        while _group_members(sim.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        orphans = _group_members(sim.proc.pid)
+        assert not orphans, f"workers {orphans} outlived the simulator (exit {code})"
+        assert code == 0, f"exit status {code}: the signal arrived before the simulator handled it"
+        assert "Traceback" not in sim.stderr()
