@@ -67,7 +67,6 @@ def run_reporting_errors(func, args, parser: argparse.ArgumentParser) -> int:
     except ConfigError as exc:
         if os.environ.get("LLMLOAD_DEBUG"):
             raise
-        parser.print_usage(sys.stderr)
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except LLMLoadError as exc:

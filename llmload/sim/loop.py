@@ -102,6 +102,7 @@ class EventLoop:
         # Edge-triggered: re-arming resets the expiry count, so the fd never needs to be read.
         self.epoll.register(self._timerfd.fd, select.EPOLLIN | select.EPOLLET)
         self.running = False
+        self._stop_requested = False
         #: send lateness histogram: index = microseconds late // 10, last bucket = 100 ms or more
         self.lateness = [0] * 10_001
 
@@ -132,7 +133,7 @@ class EventLoop:
         self.lateness[0 if i < 0 else (i if i < 10_000 else 10_000)] += 1
 
     def run(self) -> None:
-        self.running = True
+        self.running = not self._stop_requested
         timers = self.timers
         handlers = self.handlers
         poll = self.epoll.poll
@@ -160,6 +161,8 @@ class EventLoop:
                         horizon = monotonic() + EARLY_S
 
     def stop(self) -> None:
+        """Stop the loop; safe from a signal handler, also before :meth:`run` starts."""
+        self._stop_requested = True
         self.running = False
         # wake the loop
         self.call_at(0.0, _noop)

@@ -494,12 +494,17 @@ class SimServer:
             elif fault.kind == "stall":
                 job.stalled_until = now + self.config.faults.stall_s
         if job.stalled_until > now:
+            # a stall: hold chunks back until it ends, then send them all at once
             job.held.append(event)
             job.chunk_tokens.append(n)
             job.chunk_times.append(0.0)
-            if last or self.engine is None:
-                self.loop.call_at(job.stalled_until, self._release, (job, last))
+            if len(job.held) == 1:
+                self.loop.call_at(job.stalled_until, self._release, job)
             return not last
+        if job.held:
+            self._release(job, now)
+            if job.conn.job is not job:
+                return False
         data = self._frame(event)
         if last:
             data += self._frame(job.wire.tail_events()) + _END_CHUNKED
@@ -512,15 +517,16 @@ class SimServer:
             self._done(conn)
         return not last
 
-    def _release(self, job_last: tuple[Job, bool], _deadline: float) -> None:
-        """End a stall: send what was held back."""
-        job, last = job_last
+    def _release(self, job: Job, _deadline: float) -> None:
+        """End a stall: send what was held back (and finish the response if the last chunk was held)."""
         if job.conn.job is not job or not job.held:
             return
         now = time.monotonic()
         data = b"".join(self._frame(e) for e in job.held)
+        self.chunks_sent += len(job.held)
         job.held.clear()
         job.chunk_times = [t or now for t in job.chunk_times]
+        last = job.generated >= job.req.output_tokens
         if last:
             data += self._frame(job.wire.tail_events()) + _END_CHUNKED
         self._send(job.conn, data)
@@ -608,10 +614,14 @@ def _token_counter(config: SimConfig) -> Callable[[str], int] | None:
     return lambda text: len(tok(text).input_ids)
 
 
-def run_worker(config: SimConfig, sock: socket.socket, index: int, counter: Callable[[str], int] | None) -> None:
-    server = SimServer(config, sock, index, counter)
+def _install_stop(server: SimServer) -> None:
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     signal.signal(signal.SIGINT, lambda *_: server.stop())
+
+
+def run_worker(config: SimConfig, sock: socket.socket, index: int, counter: Callable[[str], int] | None) -> None:
+    server = SimServer(config, sock, index, counter)
+    _install_stop(server)
     server.serve_forever()
 
 
@@ -619,35 +629,24 @@ def serve(config: SimConfig, ready: Callable[[str], None] | None = None) -> None
     """Run the simulator until SIGINT/SIGTERM; ``ready`` gets the base URL once it accepts connections."""
     counter = _token_counter(config)
     workers = max(1, config.workers)
-    first = _listen(config.host, config.port, reuse_port=workers > 1)
-    port = first.getsockname()[1]
+    # Bind once without SO_REUSEPORT first, so a busy port fails here even if its owner shares it.
+    probe = _listen(config.host, config.port, reuse_port=False)
+    port = probe.getsockname()[1]
     host = f"[{config.host}]" if ":" in config.host else config.host
     url = f"http://{host}:{port}"
     if workers == 1:
+        server = SimServer(config, probe, 0, counter)
+        _install_stop(server)
         if ready:
             ready(url)
-        run_worker(config, first, 0, counter)
+        server.serve_forever()
         return
+    probe.close()
     children: list[int] = []
-    for index in range(workers):
-        sock = first if index == 0 else _listen(config.host, port, reuse_port=True)
-        pid = os.fork()
-        if pid == 0:
-            code = 0
-            try:
-                run_worker(config, sock, index, counter)
-            except BaseException:
-                code = 1
-            finally:
-                os._exit(code)
-        children.append(pid)
-        if sock is not first:
-            sock.close()
-    first.close()
-    if ready:
-        ready(url)
+    stopping: list[int] = []
 
     def forward(signum: int, _frame: object) -> None:
+        stopping.append(signum)
         for pid in children:
             try:
                 os.kill(pid, signal.SIGTERM)
@@ -656,6 +655,31 @@ def serve(config: SimConfig, ready: Callable[[str], None] | None = None) -> None
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    stop_signals = {signal.SIGTERM, signal.SIGINT}
+    for index in range(workers):
+        sock = _listen(config.host, port, reuse_port=True)
+        # Block stop signals across fork so a child never runs the parent's handler: it takes a pending
+        # signal only once its own handler is installed.
+        signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                server = SimServer(config, sock, index, counter)
+                _install_stop(server)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
+                server.serve_forever()
+            except BaseException:
+                code = 1
+            finally:
+                os._exit(code)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
+        children.append(pid)
+        sock.close()
+    if stopping:  # a signal came while forking: pass it to the workers started after it
+        forward(signal.SIGTERM, None)
+    elif ready:
+        ready(url)
     status = 0
     for pid in children:
         while True:
