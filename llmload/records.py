@@ -23,6 +23,8 @@ class RequestRecord:
     expected_output_len: int = 0
     #: open loop: when the schedule wanted this request sent; None in closed loop
     intended_send: float | None = None
+    #: open loop: when the dispatcher released the request (``dispatched_at - intended_send`` = schedule lag)
+    dispatched_at: float | None = None
     #: ``st``: immediately before the request was sent, after any concurrency slot was acquired
     start: float = 0.0
     #: arrival of the first event that counts as the first token (per ``ttft_rule``)
@@ -67,6 +69,12 @@ class RequestRecord:
     def itls(self) -> list[float]:
         t = self.chunk_times
         return [t[i] - t[i - 1] for i in range(1, len(t))]
+
+    @property
+    def schedule_lag(self) -> float | None:
+        if self.intended_send is None or self.dispatched_at is None:
+            return None
+        return max(0.0, self.dispatched_at - self.intended_send)
 
     @property
     def queue_time(self) -> float | None:

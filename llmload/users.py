@@ -15,6 +15,7 @@ from time import perf_counter
 from typing import Any, ClassVar
 
 import orjson
+from gevent import GreenletExit
 from locust import FastHttpUser, constant, task
 
 from llmload.backends import Backend, get_backend
@@ -120,6 +121,13 @@ class LLMUser(FastHttpUser):
         except Exception as exc:
             record.error = one_line(f"{type(exc).__name__}: {exc}")
             exception = exc
+        except GreenletExit:
+            # the run ended while this request was in flight: count it as cut off, never drop it
+            record.cut_off = True
+            record.success = False
+            record.error = record.error or "cut off: the run ended while this request was in flight"
+            llm_events.request_complete.fire(record=record, user=self)
+            raise
         else:
             reader.finish(resp)
         fire = self.environment.events.request.fire

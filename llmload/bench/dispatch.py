@@ -45,14 +45,22 @@ def run_open_loop(
     *,
     max_concurrency: int | None = None,
     stop_event: Event | None = None,
+    start_at: float | None = None,
+    on_dispatch: Callable[[int], None] | None = None,
+    on_record: Callable[[RequestRecord], None] | None = None,
+    stop_timeout: float = 0.0,
 ) -> DispatchResult:
-    """Send ``samples[i]`` at ``start + offsets[i]``; returns when every request has finished."""
+    """Send ``samples[i]`` at ``start + offsets[i]``; returns when every request has finished.
+
+    ``start_at`` is the perf_counter time of offset 0 (default: now + ``LEAD_S``). ``on_dispatch(i)`` runs as
+    request ``i`` is released, ``on_record(record)`` as it ends. When ``stop_event`` is set, dispatching stops,
+    requests in flight get ``stop_timeout`` seconds to finish, and the rest are cut off (recorded as such).
+    """
     result = DispatchResult()
     slots = BoundedSemaphore(max_concurrency) if max_concurrency else None
     group = Group()
 
-    def one(sample: SampleRequest, intended: float) -> None:
-        record = new_record(sample, intended)
+    def one(sample: SampleRequest, intended: float, record: RequestRecord) -> None:
         acquired = False
         try:
             if slots is not None:
@@ -60,30 +68,40 @@ def run_open_loop(
                 acquired = True
             send(sample, intended, record)
         except GreenletExit:
-            record.cut_off = True
-            record.success = False
-            record.error = "cut off: the run was stopped while this request was in flight"
+            if not record.cut_off:  # killed while waiting for a slot, before send() began
+                record.cut_off = True
+                record.success = False
+                record.error = "cut off: the run was stopped before this request was sent"
             raise
         finally:
             result.records.append(record)
+            if on_record is not None:
+                on_record(record)
             if acquired:
                 slots.release()
 
-    start = perf_counter() + LEAD_S
+    start = perf_counter() + LEAD_S if start_at is None else start_at
     result.start = start
-    for sample, offset in zip(samples, offsets, strict=True):
-        if stop_event is not None and stop_event.is_set():
-            break
+    for i, (sample, offset) in enumerate(zip(samples, offsets, strict=True)):
         intended = start + float(offset)
         delay = intended - perf_counter()
-        if delay > 0:
+        if stop_event is not None:
+            if stop_event.wait(delay) if delay > 0 else stop_event.is_set():
+                break
+        elif delay > 0:
             gevent.sleep(delay)
-        result.schedule_lags_s.append(max(0.0, perf_counter() - intended))
-        group.spawn(one, sample, intended)
+        record = new_record(sample, intended)
+        record.dispatched_at = perf_counter()
+        result.schedule_lags_s.append(max(0.0, record.dispatched_at - intended))
+        if on_dispatch is not None:
+            on_dispatch(i)
+        group.spawn(one, sample, intended, record)
     if stop_event is not None:
-        # wait for the in-flight requests, or cut them off when asked to stop
+        # wait for the requests in flight; once stopped, give them stop_timeout, then cut them off
         while group and not stop_event.is_set():
             stop_event.wait(0.1)
+        if group and stop_timeout > 0:
+            group.join(timeout=stop_timeout)
         group.kill(block=True)
     else:
         group.join()

@@ -98,25 +98,66 @@ def _served_models(base_url: str, api_key: str | None) -> list[str]:
     return [m.get("id", "") for m in data.get("data", []) if isinstance(m, dict)]
 
 
+def make_user_class(run: dict[str, Any]) -> type:
+    """A concrete LLM user class for one run's target (also rebuilt on workers from the master's config)."""
+    from llmload.users import LLMUser
+
+    return type(
+        "BenchUser",
+        (LLMUser,),
+        {
+            "abstract": False,
+            "host": run["base_url"],
+            "backend": run["backend"],
+            "endpoint": run["endpoint"],
+            "model": run["model"],
+            "ignore_eos": run["ignore_eos"],
+            "ttft_rule": run["ttft_rule"],
+            "api_key": run.get("api_key"),
+        },
+    )
+
+
+def _environment(user_class: type | None = None) -> Any:
+    from locust.argument_parser import get_parser
+    from locust.env import Environment
+
+    from llmload.users import LLMUser
+
+    options = get_parser(default_config_files=[]).parse_args(["--headless"])
+    return Environment(user_classes=[user_class or LLMUser], parsed_options=options)
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    """``llmload bench --worker``: connect to a master and run what it sends until it quits."""
+    import gevent  # noqa: F401  (Locust's monkey-patching first)
+
+    from llmload.distributed import BenchWorker
+
+    env = _environment()
+    runner = env.create_worker_runner(args.master_host, args.master_port)
+    BenchWorker(runner, lambda run: make_user_class(run)(env))
+    _log(f"llmload worker connected to {args.master_host}:{args.master_port}; waiting for the master")
+    runner.greenlet.join()
+    return 0
+
+
 def run_bench(args: argparse.Namespace) -> int:
+    if args.worker:
+        return run_worker(args)
     # Locust monkey-patches the standard library with gevent on import: do it before anything else runs.
     import gevent
     import numpy as np
-    from locust.env import Environment
 
     from llmload._compat import import_transformers
     from llmload.arrivals import validate_arrivals, vllm_send_offsets
-    from llmload.bench.dispatch import run_open_loop
     from llmload.bench.health import HealthMonitor
     from llmload.bench.progress import Progress
-    from llmload.bench.results import default_filename, records_path, write_json, write_records
     from llmload.datasets import load_samples
     from llmload.events import llm_events
-    from llmload.metrics import compute_metrics, detailed_lists
     from llmload.simproc import SimProcess
-    from llmload.summary import format_run_header, format_summary
+    from llmload.summary import format_run_header
     from llmload.tokenizer import load_tokenizer
-    from llmload.users import LLMUser
 
     base_url = _base_url(args)
     api_key = _api_key(args)
@@ -126,6 +167,9 @@ def run_bench(args: argparse.Namespace) -> int:
     metadata = _parse_metadata(args.metadata)
     validate_arrivals(args.request_rate, args.burstiness, args.ramp_up_strategy, args.ramp_up_start_rps,
                       args.ramp_up_end_rps)
+    distributed = bool(args.processes or args.master)
+    if args.processes is not None and args.processes < 1:
+        raise ConfigError("--processes must be at least 1")
     use_sim = base_url is None
     num_prompts = args.num_prompts or (SIM_PROMPTS if use_sim else 1000)
 
@@ -150,15 +194,8 @@ def run_bench(args: argparse.Namespace) -> int:
         _log(f"Loading tokenizer {tokenizer_id!r} and {num_prompts} prompts from the {args.dataset_name} dataset")
         import_transformers()
         tokenizer = load_tokenizer(tokenizer_id, trust_remote_code=args.trust_remote_code)
-        options: dict[str, Any] = {}
-        if args.dataset_name == "sharegpt":
-            options["fixed_output_len"] = args.sharegpt_output_len
-        elif args.dataset_name == "random":
-            options.update(input_len=args.random_input_len, output_len=args.random_output_len,
-                           range_ratio=args.random_range_ratio, prefix_len=args.random_prefix_len)
-        else:
-            options["default_output_len"] = args.custom_output_len
-        samples = load_samples(args.dataset_name, args.dataset_path, tokenizer, num_prompts, args.seed, **options)
+        samples = load_samples(args.dataset_name, args.dataset_path, tokenizer, num_prompts, args.seed,
+                               **_dataset_options(args))
         if len(samples) < num_prompts:
             _log(f"warning: the dataset gave {len(samples)} usable prompts, fewer than --num-prompts {num_prompts}")
         if not samples:
@@ -169,23 +206,13 @@ def run_bench(args: argparse.Namespace) -> int:
                                     ramp_up_strategy=args.ramp_up_strategy,
                                     ramp_up_start_rps=args.ramp_up_start_rps,
                                     ramp_up_end_rps=args.ramp_up_end_rps)
-
-        user_class = type(
-            "BenchUser",
-            (LLMUser,),
-            {
-                "abstract": False,
-                "host": base_url,
-                "backend": args.backend,
-                "endpoint": args.endpoint,
-                "model": args.served_model_name or model,
-                "ignore_eos": args.ignore_eos,
-                "ttft_rule": args.ttft_rule,
-                "api_key": api_key,
-            },
-        )
-        env = Environment(user_classes=[user_class], host=base_url)
-        user = user_class(env)
+        run_config = {
+            "base_url": base_url, "backend": args.backend, "endpoint": args.endpoint,
+            "model": args.served_model_name or model, "ignore_eos": args.ignore_eos, "ttft_rule": args.ttft_rule,
+            "api_key": api_key,
+        }
+        env = _environment(make_user_class(run_config))
+        user = env.user_classes[0](env)
 
         _log("Starting initial single prompt test run...")
         probe = user.send(samples[0])
@@ -194,6 +221,11 @@ def run_bench(args: argparse.Namespace) -> int:
                 f"initial test request to {base_url}{user._path} failed: {probe.error}. "
                 "Check --base-url, --backend, --endpoint and --model."
             )
+        user._pool.close()
+
+        master = None
+        if distributed:
+            master = stack.enter_context(_DistributedSetup(args, env))
         _log("Initial test run completed. Starting main benchmark run...")
         print(format_run_header(args.request_rate, args.burstiness, args.max_concurrency,
                                 ramp_up_strategy=args.ramp_up_strategy, ramp_up_start_rps=args.ramp_up_start_rps,
@@ -206,51 +238,169 @@ def run_bench(args: argparse.Namespace) -> int:
         def on_interrupt() -> None:
             if stop.is_set():
                 return
-            _log("\nInterrupted: stopping; requests in flight are cut off and the results so far are kept")
+            _log(f"\nInterrupted: no new requests; those in flight get {args.stop_timeout:g} s, then are cut off")
             stop.set()
 
         gevent.signal_handler(signal.SIGINT, on_interrupt)
         gevent.signal_handler(signal.SIGTERM, on_interrupt)
         if not args.disable_tqdm:
-            llm_events.request_complete.add_listener(progress.on_record)
             progress.start()
         health.start()
         try:
-            result = run_open_loop(user.new_record, user.send, samples, offsets,
-                                   max_concurrency=args.max_concurrency, stop_event=stop)
+            if master is None:
+                llm_events.request_complete.add_listener(progress.on_record)
+                try:
+                    outcome = _run_single(user, samples, offsets, args, stop)
+                finally:
+                    llm_events.request_complete.remove_listener(progress.on_record)
+            else:
+                master.bench.on_record = progress.on_record
+                outcome = master.run(run_config, samples, offsets, stop)
         finally:
             health.stop()
             if not args.disable_tqdm:
                 progress.stop()
-                llm_events.request_complete.remove_listener(progress.on_record)
 
-    records = sorted(result.records, key=lambda r: r.intended_send or 0.0)
+    health_report = health.report(outcome.schedule_lags_s)
+    if master is not None:
+        health_report = master.bench.merged_health(master.result_workers, health_report)
+    return _report(args, outcome, samples, tokenizer, tokenizer_id, model, base_url if not use_sim else "llmload-sim",
+                   health_report, goodput, percentiles, selected, metadata)
+
+
+class _Outcome:
+    """What a run produced, single-process or distributed."""
+
+    def __init__(self, records: list, duration: float, schedule_lags_s: list[float], unsent: int,
+                 workers: list[dict[str, Any]] | None = None, lost: int = 0) -> None:
+        self.records = records
+        self.duration = duration
+        self.schedule_lags_s = schedule_lags_s
+        self.unsent = unsent
+        self.workers = workers
+        self.lost = lost
+
+
+def _run_single(user: Any, samples: list, offsets: Any, args: argparse.Namespace, stop: Any) -> _Outcome:
+    from llmload.bench.dispatch import run_open_loop
+
+    result = run_open_loop(user.new_record, user.send, samples, offsets, max_concurrency=args.max_concurrency,
+                           stop_event=stop, stop_timeout=args.stop_timeout)
+    return _Outcome(result.records, result.duration, result.schedule_lags_s, len(samples) - len(result.records))
+
+
+class _DistributedSetup:
+    """The master side: bind, start local workers for ``--processes``, wait for them, stop them after."""
+
+    def __init__(self, args: argparse.Namespace, env: Any) -> None:
+        self.args = args
+        self.env = env
+        self.procs: list[Any] = []
+        self.result_workers: list[Any] = []
+
+    def __enter__(self) -> _DistributedSetup:
+        import socket
+        import subprocess
+
+        from llmload.distributed import BenchMaster
+
+        args = self.args
+        expected = args.processes or args.expect_workers
+        if not expected or expected < 1:
+            raise ConfigError("--master needs --expect-workers N (N >= 1)")
+        bind_host, bind_port = args.master_bind_host, args.master_bind_port
+        if args.processes:
+            bind_host = "127.0.0.1"
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                bind_port = probe.getsockname()[1]
+        try:
+            self.runner = self.env.create_master_runner(bind_host, bind_port)
+        except Exception as exc:
+            raise ConfigError(f"cannot bind the master to {bind_host}:{bind_port}: {exc}") from None
+        self.bench = BenchMaster(self.runner)
+        if args.processes:
+            cmd = [sys.executable, "-m", "llmload.cli", "bench", "--worker", "--master-host", "127.0.0.1",
+                   "--master-port", str(bind_port)]
+            for _ in range(args.processes):
+                self.procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                                   start_new_session=True))
+            _log(f"Started {args.processes} local worker processes (pids {' '.join(str(p.pid) for p in self.procs)})")
+        else:
+            _log(f"Master listening on {bind_host}:{bind_port}; waiting for {expected} workers "
+                 f"(llmload bench --worker --master-host THIS_HOST --master-port {bind_port})")
+        self.clients = self.bench.wait_for_workers(expected, args.expect_workers_max_wait, _log)
+        if not self.clients:
+            raise LLMLoadError(f"fewer than {expected} workers connected within {args.expect_workers_max_wait:g} s")
+        return self
+
+    def run(self, run_config: dict[str, Any], samples: list, offsets: Any, stop: Any) -> _Outcome:
+        result = self.bench.run(self.clients, run_config, samples, offsets, self.args.max_concurrency, stop,
+                                self.args.stop_timeout, _log)
+        self.result_workers = result.workers
+        workers = [{"worker": f"worker{w.index}", "assigned": len(w.assigned), "dispatched": len(w.dispatched),
+                    "records": w.records, "lost": w.lost} for w in result.workers]
+        return _Outcome(result.records, result.end - result.start, result.schedule_lags_s, result.unsent,
+                        workers, result.lost)
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.runner.quit()
+        except Exception:
+            pass
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=5)
+            except Exception:
+                proc.kill()
+                proc.wait()
+
+
+def _dataset_options(args: argparse.Namespace) -> dict[str, Any]:
+    if args.dataset_name == "sharegpt":
+        return {"fixed_output_len": args.sharegpt_output_len}
+    if args.dataset_name == "random":
+        return {"input_len": args.random_input_len, "output_len": args.random_output_len,
+                "range_ratio": args.random_range_ratio, "prefix_len": args.random_prefix_len}
+    return {"default_output_len": args.custom_output_len}
+
+
+def _report(args: argparse.Namespace, outcome: _Outcome, samples: list, tokenizer: Any, tokenizer_id: str,
+            model: str, target: str, health_report: dict[str, Any], goodput: Any, percentiles: list,
+            selected: list, metadata: dict[str, str]) -> int:
+    from llmload.bench.results import default_filename, records_path, write_json, write_records
+    from llmload.metrics import compute_metrics, detailed_lists
+    from llmload.summary import format_summary
+
+    records = sorted(outcome.records, key=lambda r: r.intended_send or 0.0)
     for r in records:
         if r.output_tokens_source == "pending":
             r.output_tokens = len(tokenizer(r.generated_text, add_special_tokens=False).input_ids)
             r.output_tokens_source = "tokenizer"
-    unsent = len(samples) - len(records)
-    health_report = health.report(result.schedule_lags_s)
-    metrics = compute_metrics(records, max(result.duration, 1e-9), goodput_slos=goodput,
+    metrics = compute_metrics(records, max(outcome.duration, 1e-9), goodput_slos=goodput,
                               selected_percentiles=percentiles, selected_metrics=selected,
-                              ttft_rule=args.ttft_rule, schedule_lags_s=result.schedule_lags_s)
+                              ttft_rule=args.ttft_rule, schedule_lags_s=outcome.schedule_lags_s)
     print(format_summary(metrics, backend_label=args.backend, request_rate=args.request_rate,
                          burstiness=args.burstiness, max_concurrency=args.max_concurrency,
                          client_health=health_report), flush=True)
-    if unsent:
-        print(f"{'Not sent (run stopped early):':<40} {unsent:<10}")
+    if outcome.unsent:
+        print(f"{'Not sent (run stopped early):':<40} {outcome.unsent:<10}")
+    if outcome.workers is not None:
+        print(f"{'Workers:':<40} {len(outcome.workers):<10}")
+        for w in outcome.workers:
+            status = "LOST" if w["lost"] else "ok"
+            print(f"{'  ' + w['worker'] + ' records (' + status + '):':<40} {w['records']:<10}")
+        print(f"{'Lost with dead workers:':<40} {outcome.lost:<10}")
     if metrics.failed:
         errors: dict[str, int] = {}
         for r in records:
             if not r.success and not r.cut_off:
                 errors[r.error] = errors.get(r.error, 0) + 1
-        top = sorted(errors.items(), key=lambda kv: -kv[1])[:3]
-        for message, n in top:
+        for message, n in sorted(errors.items(), key=lambda kv: -kv[1])[:3]:
             _log(f"  {n} failed: {message}")
 
     if args.save_result or args.save_detailed:
         now = datetime.now()
-        rate_text = "inf" if math.isinf(args.request_rate) else args.request_rate
         data: dict[str, Any] = {
             "date": now.strftime("%Y%m%d-%H%M%S"),
             "backend": args.backend,
@@ -260,15 +410,18 @@ def run_bench(args: argparse.Namespace) -> int:
             "tokenizer_id": tokenizer_id,
             "num_prompts": len(samples),
             "dataset_name": args.dataset_name,
-            "base_url": base_url if not use_sim else "llmload-sim",
+            "base_url": target,
             **metadata,
-            "request_rate": rate_text,
+            "request_rate": "inf" if math.isinf(args.request_rate) else args.request_rate,
             "burstiness": args.burstiness,
             "max_concurrency": args.max_concurrency,
             **metrics.to_result_dict(),
             "client_health": health_report,
-            "not_sent": unsent,
+            "not_sent": outcome.unsent,
         }
+        if outcome.workers is not None:
+            data["workers"] = outcome.workers
+            data["lost_with_workers"] = outcome.lost
         if args.save_detailed:
             data.update(detailed_lists(records, metrics))
         label = args.label or args.backend

@@ -88,6 +88,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     measure.add_argument("--ttft-rule", choices=("content", "vllm"), default="content",
                          help="content: first event with text (default); vllm: first event with choices")
 
+    dist = parser.add_argument_group("distributed (Locust's master/worker)")
+    dist.add_argument("--processes", type=int, help="run N local worker processes under an in-process master")
+    dist.add_argument("--master", action="store_true", help="run as master; workers connect to it")
+    dist.add_argument("--expect-workers", type=int, help="with --master: workers to wait for")
+    dist.add_argument("--expect-workers-max-wait", type=float, default=120.0, help="seconds (default: %(default)s)")
+    dist.add_argument("--master-bind-host", default="*", help="interface the master listens on (default: all)")
+    dist.add_argument("--master-bind-port", type=int, default=5557, help="(default: %(default)s)")
+    dist.add_argument("--worker", action="store_true",
+                      help="run as a worker: every run option comes from the master")
+    dist.add_argument("--master-host", default="127.0.0.1", help="with --worker: the master's address")
+    dist.add_argument("--master-port", type=int, default=5557, help="with --worker: the master's port")
+    dist.add_argument("--stop-timeout", type=float, default=10.0,
+                      help="when stopped early, seconds requests in flight get before they are cut off")
+
     out = parser.add_argument_group("output")
     out.add_argument("--save-result", action="store_true", help="write the result JSON and the records file")
     out.add_argument("--save-detailed", action="store_true",

@@ -1,0 +1,281 @@
+"""Distributed ``llmload bench``: a master hands each worker its share of one global schedule; workers stream
+records back in batches; the master keeps every record it received, notices dead workers, and re-assigns
+what they had not sent yet.
+
+Messages ride on Locust's master/worker channel under ``llm_*`` names (DESIGN §7)::
+
+    master -> worker   llm_job      {run, start_wall, items: [[index, offset, prompt, prompt_len, output_len]...],
+                                     max_concurrency}
+    master -> worker   llm_stop     {stop_timeout}
+    worker -> master   llm_records  {records: [RequestRecord dicts], dispatched: [index...], clock}
+    worker -> master   llm_done     {records, dispatched}
+
+Clocks: record times are the worker's ``perf_counter``; every batch carries the worker's
+``time.time() - perf_counter()`` so the master moves them onto its own timeline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Any
+
+import gevent
+from gevent.event import Event
+
+from llmload.datasets.base import SampleRequest
+from llmload.records import RequestRecord
+
+#: how often workers ship record batches
+BATCH_INTERVAL_S = 0.25
+#: the first send is this far in the future when a job goes out, so every worker starts together
+START_LEAD_S = 0.5
+_TIME_FIELDS = ("start", "first_token", "intended_send", "dispatched_at")
+
+
+def clock_offset() -> float:
+    """``wall - perf_counter`` on this host: adding it turns a perf_counter time into wall-clock time."""
+    return time.time() - perf_counter()
+
+
+def split_concurrency(total: int | None, workers: int) -> list[int | None]:
+    """The global ``--max-concurrency`` split across workers (they add up to the total)."""
+    if total is None:
+        return [None] * workers
+    return [total // workers + (1 if i < total % workers else 0) for i in range(workers)]
+
+
+# -- worker ------------------------------------------------------------------------------------------------
+
+class BenchWorker:
+    """Runs the jobs a bench master sends; ships records back."""
+
+    def __init__(self, runner: Any, make_user: Callable[[dict[str, Any]], Any]) -> None:
+        self.runner = runner
+        self.make_user = make_user
+        self.stop_event = Event()
+        self.stop_timeout = 0.0
+        self._pending: list[dict[str, Any]] = []
+        self._dispatched: list[int] = []
+        self._sent = 0
+        self._jobs: list[gevent.Greenlet] = []
+        self._flusher: gevent.Greenlet | None = None
+        runner.register_message("llm_job", self._on_job)
+        runner.register_message("llm_stop", self._on_stop)
+
+    def _on_job(self, msg: Any, **_: Any) -> None:
+        self._jobs.append(gevent.spawn(self._run_job, msg.data))
+        if self._flusher is None:
+            self._flusher = gevent.spawn(self._flush_loop)
+
+    def _on_stop(self, msg: Any, **_: Any) -> None:
+        self.stop_timeout = float((msg.data or {}).get("stop_timeout") or 0.0)
+        self.stop_event.set()
+
+    def _run_job(self, job: dict[str, Any]) -> None:
+        from llmload.bench.dispatch import run_open_loop
+        from llmload.bench.health import HealthMonitor
+
+        user = self.make_user(job["run"])
+        items = job["items"]
+        samples = [
+            SampleRequest(prompt=p, prompt_len=pl, expected_output_len=ol, request_id=f"r{idx}")
+            for idx, _off, p, pl, ol in items
+        ]
+        offsets = [off for _idx, off, _p, _pl, _ol in items]
+        start_at = perf_counter() + (job["start_wall"] - time.time())
+        health = HealthMonitor()
+        health.start()
+        result = run_open_loop(
+            user.new_record, user.send, samples, offsets,
+            max_concurrency=job.get("max_concurrency"), stop_event=self.stop_event, start_at=start_at,
+            on_dispatch=lambda i: self._dispatched.append(items[i][0]),
+            on_record=lambda r: self._pending.append(r.to_dict()),
+            stop_timeout=self.stop_timeout,
+        )
+        health.stop()
+        self._jobs.remove(gevent.getcurrent())
+        if not self._jobs:
+            self._flush()
+            self.runner.send_message("llm_done", {"records": self._sent, "health": health.report(
+                result.schedule_lags_s)})
+
+    def _flush(self) -> None:
+        if not self._pending and not self._dispatched:
+            return
+        records, self._pending = self._pending, []
+        dispatched, self._dispatched = self._dispatched, []
+        self._sent += len(records)
+        self.runner.send_message("llm_records", {"records": records, "dispatched": dispatched,
+                                                 "clock": clock_offset()})
+
+    def _flush_loop(self) -> None:
+        while True:
+            gevent.sleep(BATCH_INTERVAL_S)
+            self._flush()
+
+
+# -- master ------------------------------------------------------------------------------------------------
+
+@dataclass
+class WorkerState:
+    client_id: str
+    index: int
+    assigned: set[int] = field(default_factory=set)
+    dispatched: set[int] = field(default_factory=set)
+    records: int = 0
+    done: bool = False
+    lost: bool = False
+    health: dict[str, Any] | None = None
+
+
+@dataclass
+class MasterResult:
+    records: list[RequestRecord]
+    start: float
+    end: float
+    workers: list[WorkerState]
+    #: sent by a worker that died before reporting them
+    lost: int
+    #: never sent (run stopped early)
+    unsent: int
+    schedule_lags_s: list[float]
+
+
+class BenchMaster:
+    """Drives a distributed run from the master's side."""
+
+    def __init__(self, runner: Any, on_record: Callable[[RequestRecord], None] | None = None) -> None:
+        self.runner = runner
+        self.on_record = on_record
+        self.workers: dict[str, WorkerState] = {}
+        self.records: dict[int, RequestRecord] = {}
+        self._my_clock = clock_offset()
+        runner.register_message("llm_records", self._on_records)
+        runner.register_message("llm_done", self._on_done)
+
+    def wait_for_workers(self, expected: int, timeout_s: float, log: Callable[[str], None]) -> list[str]:
+        deadline = perf_counter() + timeout_s
+        last = -1
+        while perf_counter() < deadline:
+            ready = [c.id for c in self.runner.clients.ready]
+            if len(ready) != last:
+                log(f"{len(ready)}/{expected} workers connected")
+                last = len(ready)
+            if len(ready) >= expected:
+                return sorted(ready, key=self.runner.get_worker_index)[:expected]
+            gevent.sleep(0.1)
+        return []
+
+    def _on_records(self, msg: Any, **_: Any) -> None:
+        state = self.workers.get(msg.node_id)
+        data = msg.data
+        shift = float(data.get("clock", self._my_clock)) - self._my_clock
+        for raw in data.get("records", []):
+            record = RequestRecord.from_dict(raw)
+            if shift:
+                for name in _TIME_FIELDS:
+                    value = getattr(record, name)
+                    if value is not None:
+                        setattr(record, name, value + shift)
+                record.chunk_times = [t + shift for t in record.chunk_times]
+            record.worker = f"worker{state.index}" if state else msg.node_id
+            index = int(record.request_id[1:]) if record.request_id.startswith("r") else len(self.records)
+            self.records[index] = record
+            if state is not None:
+                state.records += 1
+            if self.on_record is not None:
+                self.on_record(record)
+        if state is not None:
+            state.dispatched.update(data.get("dispatched", []))
+
+    def _on_done(self, msg: Any, **_: Any) -> None:
+        state = self.workers.get(msg.node_id)
+        if state is not None:
+            state.done = True
+            state.health = (msg.data or {}).get("health")
+
+    def run(
+        self,
+        client_ids: Sequence[str],
+        run_config: dict[str, Any],
+        samples: Sequence[SampleRequest],
+        offsets: Sequence[float],
+        max_concurrency: int | None,
+        stop_event: Event,
+        stop_timeout: float,
+        log: Callable[[str], None],
+    ) -> MasterResult:
+        n = len(client_ids)
+        shares = split_concurrency(max_concurrency, n)
+        start_wall = time.time() + START_LEAD_S
+        start = perf_counter() + START_LEAD_S
+        for k, cid in enumerate(client_ids):
+            state = WorkerState(cid, self.runner.get_worker_index(cid))
+            state.assigned = set(range(k, len(samples), n))
+            self.workers[cid] = state
+            self._send_job(state, sorted(state.assigned), run_config, samples, offsets, start_wall, shares[k])
+        stopped = False
+        while True:
+            gevent.sleep(0.1)
+            if stop_event.is_set() and not stopped:
+                stopped = True
+                for cid in self.workers:
+                    self.runner.send_message("llm_stop", {"stop_timeout": stop_timeout}, client_id=cid)
+            alive = {c.id for c in self.runner.clients.all if c.state != "missing"}
+            for state in self.workers.values():
+                if state.done or state.lost or state.client_id in alive:
+                    continue
+                state.lost = True
+                received = {i for i, r in self.records.items() if r.worker == f"worker{state.index}"}
+                todo = sorted(state.assigned - state.dispatched - received)
+                in_flight = len(state.dispatched - received)
+                log(f"worker{state.index} disappeared: {state.records} records received from it, "
+                    f"{in_flight} requests in flight with it are lost, {len(todo)} unsent requests re-assigned")
+                survivors = [s for s in self.workers.values() if not s.lost and not s.done and s.client_id in alive]
+                if not survivors:
+                    survivors = [s for s in self.workers.values() if not s.lost and s.client_id in alive]
+                if todo and survivors and not stopped:
+                    for k, s in enumerate(survivors):
+                        part = todo[k :: len(survivors)]
+                        if part:
+                            s.assigned.update(part)
+                            s.done = False
+                            self._send_job(s, part, run_config, samples, offsets, start_wall, None)
+            if all(s.done or s.lost for s in self.workers.values()):
+                break
+        end = max((r.end for r in self.records.values() if r.end is not None), default=perf_counter())
+        end = max(end, max((r.start for r in self.records.values()), default=start))
+        lost = sum(len(s.dispatched - set(i for i, r in self.records.items() if r.worker == f"worker{s.index}"))
+                   for s in self.workers.values() if s.lost)
+        records = [self.records[i] for i in sorted(self.records)]
+        lags = [lag for r in records if (lag := r.schedule_lag) is not None]
+        unsent = len(samples) - len(records) - lost
+        return MasterResult(records, start, end, list(self.workers.values()), lost, max(0, unsent), lags)
+
+    @staticmethod
+    def merged_health(workers: Sequence[WorkerState], master: dict[str, Any]) -> dict[str, Any]:
+        """The client is the bottleneck when any worker was: report the busiest worker's numbers."""
+        reports = [w.health for w in workers if w.health]
+        if not reports:
+            return master
+        worst = max(reports, key=lambda h: (h.get("bottleneck", False), h.get("cpu_percent_mean", 0.0)))
+        merged = dict(worst)
+        reasons = [f"worker{w.index}: {w.health['reason']}" for w in workers if w.health and w.health.get("bottleneck")]
+        merged["bottleneck"] = bool(reasons)
+        merged["reason"] = "; ".join(reasons)
+        merged["per_worker"] = {f"worker{w.index}": w.health for w in workers if w.health}
+        return merged
+
+    def _send_job(self, state: WorkerState, indices: Sequence[int], run_config: dict[str, Any],
+                  samples: Sequence[SampleRequest], offsets: Sequence[float], start_wall: float,
+                  max_concurrency: int | None) -> None:
+        items = [[i, float(offsets[i]), samples[i].prompt, samples[i].prompt_len, samples[i].expected_output_len]
+                 for i in indices]
+        self.runner.send_message(
+            "llm_job",
+            {"run": run_config, "start_wall": start_wall, "items": items, "max_concurrency": max_concurrency},
+            client_id=state.client_id,
+        )
