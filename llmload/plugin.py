@@ -27,13 +27,85 @@ def install() -> None:
     from llmload.options import add_options
 
     events.init_command_line_parser.add_listener(add_options)
+    events.init.add_listener(_on_init)
     events.test_start.add_listener(_on_test_start)
+    events.test_stop.add_listener(_on_test_stop)
     events.quitting.add_listener(_on_quitting)
     llm_events.request_complete.add_listener(_collect)
 
 
+#: records not yet shipped to the master (workers only)
+_outbox: list[dict[str, Any]] = []
+_worker_runner: Any = None
+
+
 def _collect(record: RequestRecord, **_: Any) -> None:
-    records.append(record)
+    if _worker_runner is not None:
+        _outbox.append(record.to_dict())
+    else:
+        records.append(record)
+
+
+def _on_init(environment: Any, **_: Any) -> None:
+    """Distributed ``locust -f``: workers ship records in batches; the master keeps them, and its quit waits
+    for every worker's final batch (plain Locust quits 0.5 s after stop and drops what is still in flight)."""
+    global _worker_runner
+    from locust.runners import MasterRunner, WorkerRunner
+
+    runner = environment.runner
+    if isinstance(runner, WorkerRunner):
+        import gevent
+
+        _worker_runner = runner
+
+        def ship_forever() -> None:
+            while True:
+                gevent.sleep(1.0)
+                _ship()
+
+        gevent.spawn(ship_forever)
+    elif isinstance(runner, MasterRunner):
+        from llmload.distributed import clock_offset
+
+        mine = clock_offset()
+
+        def receive(msg: Any, **_: Any) -> None:
+            shift = float(msg.data.get("clock", mine)) - mine
+            for raw in msg.data.get("records", []):
+                record = RequestRecord.from_dict(raw)
+                if shift:
+                    for name in ("start", "first_token", "intended_send", "dispatched_at"):
+                        value = getattr(record, name)
+                        if value is not None:
+                            setattr(record, name, value + shift)
+                    record.chunk_times = [t + shift for t in record.chunk_times]
+                record.worker = f"worker{runner.get_worker_index(msg.node_id)}"
+                records.append(record)
+
+        runner.register_message("llm_records", receive)
+        original_quit = runner.quit
+
+        def quit_after_final_batches() -> None:
+            # stop() tells workers to stop and waits until each reports it stopped; each worker ships its
+            # final batch (test_stop) before that report, on the same ordered channel.
+            runner.stop()
+            original_quit()
+
+        runner.quit = quit_after_final_batches
+
+
+def _ship() -> None:
+    global _outbox
+    if _worker_runner is None or not _outbox:
+        return
+    from llmload.distributed import clock_offset
+
+    batch, _outbox = _outbox, []
+    _worker_runner.send_message("llm_records", {"records": batch, "clock": clock_offset()})
+
+
+def _on_test_stop(environment: Any, **_: Any) -> None:
+    _ship()
 
 
 def _is_master(environment: Any) -> bool:
@@ -109,7 +181,7 @@ def _on_test_start(environment: Any, **_: Any) -> None:
 
 
 def _on_quitting(environment: Any, **_: Any) -> None:
-    if _is_master(environment) or not records:
+    if _worker_runner is not None or not records:
         return
     from llmload.metrics import compute_metrics
     from llmload.summary import format_summary
@@ -118,8 +190,14 @@ def _on_quitting(environment: Any, **_: Any) -> None:
     start = min(r.start for r in records)
     end = max((r.end or r.start) for r in done) if done else start
     metrics = compute_metrics(records, max(end - start, 1e-9), selected_metrics=("ttft", "tpot", "itl", "e2el"),
-                              ttft_rule=records[0].backend and environment.parsed_options.ttft_rule)
-    print(format_summary(metrics, backend_label=environment.parsed_options.backend), file=sys.stderr, flush=True)
+                              ttft_rule=environment.parsed_options.ttft_rule)
+    summary = format_summary(metrics, backend_label=environment.parsed_options.backend)
+    by_worker: dict[str, int] = {}
+    for r in records:
+        by_worker[r.worker] = by_worker.get(r.worker, 0) + 1
+    if _is_master(environment):
+        summary += "\n" + "\n".join(f"{'Records from ' + w + ':':<40} {n:<10}" for w, n in sorted(by_worker.items()))
+    print(summary, file=sys.stderr, flush=True)
     path = environment.parsed_options.llm_records
     if path:
         from pathlib import Path
