@@ -35,9 +35,37 @@ def add_options(parser: Any) -> None:
     group.add_argument("--ttft-rule", choices=("content", "vllm"), default="content", env_var="LLMLOAD_TTFT_RULE")
     group.add_argument("--api-key", default="", env_var="LLMLOAD_API_KEY", is_secret=True,
                        help="bearer token (default: $OPENAI_API_KEY); never printed")
+    group.add_argument("--arrival", choices=("closed", "open"), default="closed", env_var="LLMLOAD_ARRIVAL",
+                       help="closed: each user sends, waits for the stream, repeats; open: Poisson arrivals at "
+                            "--request-rate for the whole test, independent of responses")
+    group.add_argument("--request-rate", type=float, default=1.0, env_var="LLMLOAD_REQUEST_RATE",
+                       help="open loop: requests/s over all users and workers (default 1)")
+    group.add_argument("--burstiness", type=float, default=1.0, env_var="LLMLOAD_BURSTINESS",
+                       help="open loop: gamma shape, 1 = Poisson")
+    group.add_argument("--max-concurrency", type=int, default=0, env_var="LLMLOAD_MAX_CONCURRENCY",
+                       help="open loop: most requests in flight per user (0: unbounded)")
+    group.add_argument("--think-time", default="", env_var="LLMLOAD_THINK_TIME",
+                       help="closed loop: pause between requests, fixed:SECONDS or exp:MEAN_SECONDS")
     group.add_argument("--llm-records", default="", env_var="LLMLOAD_RECORDS",
                        help="write one JSON line per request to this file at the end")
 
 
 def api_key(options: Any) -> str | None:
     return getattr(options, "api_key", "") or os.environ.get("OPENAI_API_KEY") or None
+
+
+def parse_think_time(spec: str) -> Any:
+    """``fixed:0.5`` or ``exp:2`` -> a callable for :attr:`LLMUser.think` (None for an empty spec)."""
+    if not spec:
+        return None
+    from llmload.arrivals import think_time
+    from llmload.errors import ConfigError
+
+    kind, sep, value = spec.partition(":")
+    try:
+        mean = float(value)
+    except ValueError:
+        mean = -1.0
+    if not sep or mean < 0:
+        raise ConfigError(f"--think-time: expected fixed:SECONDS or exp:MEAN_SECONDS, got {spec!r}")
+    return think_time(kind, mean)

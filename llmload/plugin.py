@@ -120,7 +120,7 @@ def configure_users(environment: Any) -> None:
     from llmload._compat import import_transformers
     from llmload.datasets import load_samples
     from llmload.errors import LLMLoadError
-    from llmload.options import api_key
+    from llmload.options import api_key, parse_think_time
     from llmload.tokenizer import load_tokenizer
     from llmload.users import LLMUser
     from llmload.workload import Workload
@@ -146,6 +146,18 @@ def configure_users(environment: Any) -> None:
             cls.ignore_eos = opts.ignore_eos
             cls.ttft_rule = opts.ttft_rule
             cls.api_key = api_key(opts)
+            cls.max_concurrency = opts.max_concurrency or None
+    try:
+        think = parse_think_time(opts.think_time)
+    except LLMLoadError as exc:
+        sys.stderr.write(f"llmload: error: {exc}\n")
+        environment.process_exit_code = 2
+        if environment.runner is not None:
+            environment.runner.quit()
+        return
+    for cls in environment.user_classes:
+        if issubclass(cls, LLMUser):
+            cls.think = staticmethod(think) if think is not None else None
     if key == _workload_key:
         return
     try:

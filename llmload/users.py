@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import itertools
 import os
+import random
 from time import perf_counter
 from typing import Any, ClassVar
 
 import orjson
 from gevent import GreenletExit
-from locust import FastHttpUser, constant, task
+from locust import FastHttpUser, task
 
 from llmload.backends import Backend, get_backend
 from llmload.backends.base import one_line
@@ -34,7 +35,6 @@ class LLMUser(FastHttpUser):
     """Base class: set ``backend`` (a ``--backend`` name) and give it a workload of :class:`SampleRequest`."""
 
     abstract = True
-    wait_time = constant(0)
 
     #: wire dialect, a name from :data:`llmload.backends.BACKENDS`
     backend: str = "vllm"
@@ -67,11 +67,81 @@ class LLMUser(FastHttpUser):
         self._pool = Pool(self.host or environment.host or "", connect_timeout=self.connection_timeout,
                           read_timeout=self.network_timeout)
 
+    #: "closed" (send, wait for the stream, think, repeat) or "open" (Poisson/gamma arrivals at ``request_rate``
+    #: spread over all users, each request in its own greenlet, independent of responses)
+    arrival: str = "closed"
+    #: open loop: requests/s for the whole test (all users, all workers together); changes apply within 0.5 s
+    request_rate: float = 1.0
+    burstiness: float = 1.0
+    #: open loop: most requests in flight per user (None: unbounded)
+    max_concurrency: int | None = None
+    #: closed loop: seconds between a response and the next request, e.g. ``arrivals.think_time("exp", 2)``
+    think: Any = None
+
+    def wait_time(self) -> float:
+        return float(self.think()) if self.think is not None else 0.0
+
     @task
     def generate(self) -> None:
         if self.workload is None:
             raise RuntimeError(f"{type(self).__name__}.workload is not set: give it a workload of samples")
-        self.send(self.workload.next())
+        if self._setting("arrival", self.arrival) == "open":
+            self.open_loop()
+        else:
+            self.send(self.workload.next())
+
+    def _setting(self, name: str, default: Any) -> Any:
+        """An option that may change mid-run (web UI, master): parsed options first, then the class attribute."""
+        opts = self.environment.parsed_options
+        value = getattr(opts, name, None) if opts is not None else None
+        return default if value in (None, "") else value
+
+    def _open_rate(self) -> float:
+        users = self.environment.runner.target_user_count if self.environment.runner else 1
+        opts = self.environment.parsed_options
+        total_users = int(getattr(opts, "num_users", 0) or 0) or users or 1
+        return float(self._setting("request_rate", self.request_rate)) / max(1, total_users)
+
+    def open_loop(self) -> None:
+        """Dispatch requests on an absolute clock until the user is stopped; in-flight ones are then cut off."""
+        from gevent import sleep
+        from gevent.lock import BoundedSemaphore
+        from gevent.pool import Group
+
+        limit = self._setting("max_concurrency", self.max_concurrency)
+        slots = BoundedSemaphore(int(limit)) if limit else None
+        group = Group()
+        rng = random.Random(hash((self._worker, id(self))))
+
+        def one(sample: SampleRequest, record: RequestRecord) -> None:
+            if slots is not None:
+                with slots:
+                    self.send(sample, record.intended_send, record)
+            else:
+                self.send(sample, record.intended_send, record)
+
+        next_send = perf_counter()
+        try:
+            while True:
+                rate = self._open_rate()
+                if rate <= 0:
+                    sleep(0.5)
+                    next_send = perf_counter()
+                    continue
+                b = float(self._setting("burstiness", self.burstiness))
+                next_send += rng.gammavariate(b, 1.0 / (rate * b))
+                while (delay := next_send - perf_counter()) > 0:
+                    sleep(min(delay, 0.5))
+                    if self._open_rate() != rate:  # steered mid-run: re-draw with the new rate
+                        next_send = perf_counter()
+                        break
+                else:
+                    sample = self.workload.next()
+                    record = self.new_record(sample, next_send)
+                    record.dispatched_at = perf_counter()
+                    group.spawn(one, sample, record)
+        finally:
+            group.kill(block=True)
 
     def new_record(self, sample: SampleRequest, intended_send: float | None = None) -> RequestRecord:
         return RequestRecord(
