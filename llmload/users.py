@@ -31,6 +31,15 @@ TTFT_RULES = ("content", "vllm")
 _ids = itertools.count(1)
 
 
+class _InFlight:
+    """Requests of this process currently between send and end (for live views)."""
+
+    count = 0
+
+
+in_flight = _InFlight
+
+
 class LLMUser(FastHttpUser):
     """Base class: set ``backend`` (a ``--backend`` name) and give it a workload of :class:`SampleRequest`."""
 
@@ -180,6 +189,7 @@ class LLMUser(FastHttpUser):
         live = reader.on_lines if (llm_events.first_token._handlers or llm_events.token._handlers) else None
         exception: Exception | None = None
         record.start = perf_counter()
+        in_flight.count += 1
         try:
             resp = self._pool.request("POST", self._path, headers, payload, live)
         except (HTTPError, OSError) as exc:
@@ -192,6 +202,7 @@ class LLMUser(FastHttpUser):
             record.error = one_line(f"{type(exc).__name__}: {exc}")
             exception = exc
         except GreenletExit:
+            in_flight.count -= 1
             # the run ended while this request was in flight: count it as cut off, never drop it
             record.cut_off = True
             record.success = False
@@ -200,6 +211,7 @@ class LLMUser(FastHttpUser):
             raise
         else:
             reader.finish(resp)
+        in_flight.count -= 1
         fire = self.environment.events.request.fire
         if record.success:
             fire(request_type="LLM", name="E2E", response_time=(record.e2el or 0.0) * 1000.0,
