@@ -46,6 +46,8 @@ def add_options(parser: Any) -> None:
                        help="open loop: most requests in flight per user (0: unbounded)")
     group.add_argument("--think-time", default="", env_var="LLMLOAD_THINK_TIME",
                        help="closed loop: pause between requests, fixed:SECONDS or exp:MEAN_SECONDS")
+    group.add_argument("--user-shape", default="", env_var="LLMLOAD_USER_SHAPE",
+                       help="closed loop: user count over time, e.g. 'ramp:1->50;duration=120' (docs/arrivals.md)")
     group.add_argument("--llm-records", default="", env_var="LLMLOAD_RECORDS",
                        help="write one JSON line per request to this file at the end")
 

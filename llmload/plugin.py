@@ -53,6 +53,18 @@ def _on_init(environment: Any, **_: Any) -> None:
     from locust.runners import MasterRunner, WorkerRunner
 
     runner = environment.runner
+    opts = environment.parsed_options
+    if getattr(opts, "user_shape", "") and not isinstance(runner, WorkerRunner):
+        from llmload.errors import LLMLoadError
+        from llmload.shapes import parse_shape, user_shape_class
+
+        try:
+            shape = user_shape_class(parse_shape(opts.user_shape, "--user-shape"))()
+        except LLMLoadError as exc:
+            sys.stderr.write(f"llmload: error: {exc}\n")
+            sys.exit(2)
+        shape.runner = runner
+        environment.shape_class = shape
     if isinstance(runner, WorkerRunner):
         import gevent
 

@@ -107,3 +107,48 @@ def run_open_loop(
         group.join()
     result.end = perf_counter()
     return result
+
+
+def run_closed_loop(
+    new_record: Callable[[SampleRequest, float | None], RequestRecord],
+    send: Callable[[SampleRequest, float | None, RequestRecord], RequestRecord],
+    samples: Sequence[SampleRequest],
+    users: int,
+    think: Callable[[], float],
+    *,
+    stop_event: Event | None = None,
+    stop_timeout: float = 0.0,
+) -> DispatchResult:
+    """``users`` loops that each take the next sample, stream it, then pause ``think()`` seconds."""
+    result = DispatchResult()
+    queue = list(reversed(samples))
+    stop = stop_event or Event()
+
+    def loop() -> None:
+        while queue and not stop.is_set():
+            sample = queue.pop()
+            record = new_record(sample, None)
+            try:
+                send(sample, None, record)
+            except GreenletExit:
+                if not record.cut_off:
+                    record.cut_off = True
+                    record.error = "cut off: the run was stopped before this request was sent"
+                raise
+            finally:
+                result.records.append(record)
+            pause = think()
+            if pause > 0 and queue:
+                stop.wait(pause)
+
+    result.start = perf_counter()
+    group = Group()
+    for _ in range(users):
+        group.spawn(loop)
+    while group and not stop.is_set():
+        stop.wait(0.1)
+    if group and stop_timeout > 0:
+        group.join(timeout=stop_timeout)
+    group.kill(block=True)
+    result.end = perf_counter()
+    return result

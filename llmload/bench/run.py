@@ -147,14 +147,14 @@ def run_bench(args: argparse.Namespace) -> int:
         return run_worker(args)
     # Locust monkey-patches the standard library with gevent on import: do it before anything else runs.
     import gevent
-    import numpy as np
 
     from llmload._compat import import_transformers
-    from llmload.arrivals import validate_arrivals, vllm_send_offsets
+    from llmload.arrivals import validate_arrivals
     from llmload.bench.health import HealthMonitor
     from llmload.bench.progress import Progress
     from llmload.datasets import load_samples
     from llmload.events import llm_events
+    from llmload.options import parse_think_time
     from llmload.simproc import SimProcess
     from llmload.summary import format_run_header
     from llmload.tokenizer import load_tokenizer
@@ -172,6 +172,13 @@ def run_bench(args: argparse.Namespace) -> int:
         raise ConfigError("--processes must be at least 1")
     use_sim = base_url is None
     num_prompts = args.num_prompts or (SIM_PROMPTS if use_sim else 1000)
+    if args.dataset_name == "trace":
+        if not args.dataset_path:
+            raise ConfigError("--dataset-name trace needs --dataset-path (an Azure/BurstGPT CSV or a JSONL trace)")
+        num_prompts = args.num_prompts  # None: the whole window
+    if args.think_time and not args.max_concurrency:
+        raise ConfigError("--think-time needs --max-concurrency N (the number of closed-loop users)")
+    think = parse_think_time(args.think_time) if args.think_time else None
 
     with ExitStack() as stack:
         if use_sim:
@@ -191,24 +198,23 @@ def run_bench(args: argparse.Namespace) -> int:
                 raise EndpointError(f"{base_url}/v1/models lists no model; pass --model")
             model = served[0]
         tokenizer_id = args.tokenizer or ("builtin" if use_sim else model)
-        _log(f"Loading tokenizer {tokenizer_id!r} and {num_prompts} prompts from the {args.dataset_name} dataset")
+        _log(f"Loading tokenizer {tokenizer_id!r} and {num_prompts or 'all'} prompts from the {args.dataset_name} "
+             "dataset")
         import_transformers()
         tokenizer = load_tokenizer(tokenizer_id, trust_remote_code=args.trust_remote_code)
         samples = load_samples(args.dataset_name, args.dataset_path, tokenizer, num_prompts, args.seed,
                                **_dataset_options(args))
-        if len(samples) < num_prompts:
+        if num_prompts and len(samples) < num_prompts:
             _log(f"warning: the dataset gave {len(samples)} usable prompts, fewer than --num-prompts {num_prompts}")
         if not samples:
             raise LLMLoadError("the dataset gave no usable prompts")
 
-        rng = np.random.RandomState(args.seed)
-        offsets = vllm_send_offsets(len(samples), args.request_rate, args.burstiness, rng=rng,
-                                    ramp_up_strategy=args.ramp_up_strategy,
-                                    ramp_up_start_rps=args.ramp_up_start_rps,
-                                    ramp_up_end_rps=args.ramp_up_end_rps)
+        samples, offsets = _schedule(args, samples)
         run_config = {
             "base_url": base_url, "backend": args.backend, "endpoint": args.endpoint,
-            "model": args.served_model_name or model, "ignore_eos": args.ignore_eos, "ttft_rule": args.ttft_rule,
+            "model": args.served_model_name or model, "ttft_rule": args.ttft_rule,
+            # a trace fixes every output length: force it with max_tokens + ignore_eos
+            "ignore_eos": args.ignore_eos or args.dataset_name == "trace",
             "api_key": api_key,
         }
         env = _environment(make_user_class(run_config))
@@ -250,7 +256,7 @@ def run_bench(args: argparse.Namespace) -> int:
             if master is None:
                 llm_events.request_complete.add_listener(progress.on_record)
                 try:
-                    outcome = _run_single(user, samples, offsets, args, stop)
+                    outcome = _run_single(user, samples, offsets, args, stop, think)
                 finally:
                     llm_events.request_complete.remove_listener(progress.on_record)
             else:
@@ -281,9 +287,14 @@ class _Outcome:
         self.lost = lost
 
 
-def _run_single(user: Any, samples: list, offsets: Any, args: argparse.Namespace, stop: Any) -> _Outcome:
-    from llmload.bench.dispatch import run_open_loop
+def _run_single(user: Any, samples: list, offsets: Any, args: argparse.Namespace, stop: Any,
+                think: Any = None) -> _Outcome:
+    from llmload.bench.dispatch import run_closed_loop, run_open_loop
 
+    if think is not None:
+        result = run_closed_loop(user.new_record, user.send, samples, args.max_concurrency, think, stop_event=stop,
+                                 stop_timeout=args.stop_timeout)
+        return _Outcome(result.records, result.duration, [], len(samples) - len(result.records))
     result = run_open_loop(user.new_record, user.send, samples, offsets, max_concurrency=args.max_concurrency,
                            stop_event=stop, stop_timeout=args.stop_timeout)
     return _Outcome(result.records, result.duration, result.schedule_lags_s, len(samples) - len(result.records))
@@ -356,12 +367,42 @@ class _DistributedSetup:
                 proc.wait()
 
 
+def _schedule(args: argparse.Namespace, samples: list) -> tuple[list, Any]:
+    """Send offsets for the samples: the trace's own times, a rate shape, constant spacing, or vLLM's
+    gamma schedule (exactly as benchmark_serving computes it from the seed)."""
+    import numpy as np
+
+    from llmload.arrivals import constant_offsets, vllm_send_offsets
+
+    if args.dataset_name == "trace":
+        if args.rate_shape or args.constant_rate:
+            raise ConfigError("a trace brings its own arrival times: drop --rate-shape/--constant-rate")
+        return samples, np.asarray([s.arrival_s or 0.0 for s in samples])
+    rng = np.random.RandomState(args.seed)
+    if args.rate_shape:
+        from llmload.shapes import parse_shape, rate_offsets
+
+        offsets = rate_offsets(parse_shape(args.rate_shape, "--rate-shape"), rng, args.burstiness)
+        if not len(offsets):
+            raise ConfigError("--rate-shape gives no requests over its duration")
+        return [samples[i % len(samples)] for i in range(len(offsets))], offsets
+    if args.constant_rate:
+        return samples, constant_offsets(len(samples), args.request_rate)
+    return samples, vllm_send_offsets(len(samples), args.request_rate, args.burstiness, rng=rng,
+                                      ramp_up_strategy=args.ramp_up_strategy,
+                                      ramp_up_start_rps=args.ramp_up_start_rps,
+                                      ramp_up_end_rps=args.ramp_up_end_rps)
+
+
 def _dataset_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.dataset_name == "sharegpt":
         return {"fixed_output_len": args.sharegpt_output_len}
     if args.dataset_name == "random":
         return {"input_len": args.random_input_len, "output_len": args.random_output_len,
                 "range_ratio": args.random_range_ratio, "prefix_len": args.random_prefix_len}
+    if args.dataset_name == "trace":
+        return {"trace_format": args.trace_format, "time_scale": args.time_scale, "trace_start": args.trace_start,
+                "trace_duration": args.trace_duration, "prompt_path": args.trace_prompts}
     return {"default_output_len": args.custom_output_len}
 
 

@@ -70,11 +70,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="output length for custom JSONL rows without output_len")
     data.add_argument("--ignore-eos", action="store_true", help="ask the server to ignore EOS")
 
+    trace = parser.add_argument_group("trace replay (--dataset-name trace; see docs/arrivals.md)")
+    trace.add_argument("--trace-format", choices=("azure", "burstgpt", "jsonl"),
+                       help="(default: detected from the file's header)")
+    trace.add_argument("--time-scale", type=float, default=1.0, help="replay speed; 2 = twice as fast")
+    trace.add_argument("--trace-start", type=float, default=0.0, help="window start, seconds into the trace")
+    trace.add_argument("--trace-duration", type=float, help="window length in trace seconds (default: to the end)")
+    trace.add_argument("--trace-prompts", metavar="SHAREGPT_FILE",
+                       help="take prompt text from this dataset, trimmed/padded to each length (default: synthetic)")
+
     load = parser.add_argument_group("arrivals")
     load.add_argument("--request-rate", type=_rate, default=math.inf,
                       help="requests/s, Poisson (gamma with --burstiness) open loop; inf sends all at once")
     load.add_argument("--burstiness", type=float, default=1.0, help="gamma shape; 1 = Poisson, < 1 burstier")
     load.add_argument("--max-concurrency", type=_positive_int, help="cap on requests in flight")
+    load.add_argument("--constant-rate", action="store_true",
+                      help="send exactly 1/--request-rate apart instead of Poisson/gamma")
+    load.add_argument("--rate-shape", metavar="SPEC|FILE",
+                      help="open-loop rate over time, e.g. 'steps:5@0,10@30;duration=60', 'sine:mean=10,"
+                           "amplitude=5,period=60;duration=300' (docs/arrivals.md)")
+    load.add_argument("--think-time", metavar="fixed:S|exp:S",
+                      help="closed loop: --max-concurrency users each send, wait for the stream, think, repeat")
     load.add_argument("--ramp-up-strategy", choices=("linear", "exponential"))
     load.add_argument("--ramp-up-start-rps", type=float)
     load.add_argument("--ramp-up-end-rps", type=float)
