@@ -17,6 +17,8 @@ from llmload import __version__
 COMMANDS: dict[str, str] = {
     "bench": "benchmark a server headlessly (a drop-in for vLLM's benchmark_serving.py; the simulator by default)",
     "sim": "run the simulated OpenAI-compatible LLM engine (the default benchmark target)",
+    "report": "report on one run: HTML with figures, headline table, automatic findings",
+    "compare": "compare runs side by side: overlaid figures, table with relative differences, findings",
 }
 
 

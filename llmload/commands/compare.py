@@ -1,0 +1,47 @@
+"""Compare runs side by side: the report's figures overlaid (one colour per run), a table of duration,
+req/s, output tok/s, TTFT mean/median/p99/std, TPOT, TPOT excl. 1st ITL, ITL, E2E, goodput and failures
+with relative differences against a baseline run, and automatic findings per run and across runs.
+
+Each RUN is a result JSON written by 'llmload bench --save-result' (records file next to it) or by vLLM's
+benchmark_serving.py --save-detailed; both kinds can be mixed.
+
+examples:
+  llmload compare vllm.json sglang.json max.json --output cmp/
+  llmload compare a.json b.json --labels before,after --baseline after --goodput ttft:500
+
+Prints the table and writes DIR/compare.html (self-contained), DIR/compare.md, DIR/compare.csv, DIR/*.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="+", metavar="RUN", help="result JSONs (llmload or vLLM --save-detailed)")
+    parser.add_argument("--output", "-o", metavar="DIR", default="llmload-compare",
+                        help="directory for the comparison (default: %(default)s)")
+    parser.add_argument("--baseline", metavar="RUN",
+                        help="run to compare against: its label, path or 1-based position (default: the first)")
+    parser.add_argument("--labels", help="comma-separated run names, in RUN order (default: each run's label)")
+    parser.add_argument("--goodput", nargs="+", metavar="METRIC:MS",
+                        help="recompute every run's goodput with these SLOs, e.g. ttft:500 tpot:50")
+    parser.add_argument("--dpi", type=int, default=100, help="PNG resolution (default: %(default)s)")
+    parser.add_argument("--title", default="llmload compare", help="page title (default: %(default)s)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from llmload.errors import ConfigError
+    from llmload.report.build import build
+
+    if len(args.runs) < 2:
+        raise ConfigError("compare needs at least two RUNs (use 'llmload report RUN' for one)")
+    labels = [x.strip() for x in args.labels.split(",")] if args.labels else None
+    if labels is not None and len(labels) != len(args.runs):
+        raise ConfigError(f"--labels: {len(labels)} names for {len(args.runs)} runs")
+    out = build(args.runs, args.output, name="compare", title=args.title, labels=labels,
+                baseline=args.baseline, goodput=args.goodput, dpi=args.dpi)
+    print(out.terminal_text())
+    print(f"\nWrote {out.files[0]} (self-contained), {out.files[1].name}, {out.files[2].name} "
+          f"and {len(out.files) - 3} figures in {out.files[0].parent}")
+    return 0

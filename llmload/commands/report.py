@@ -1,0 +1,39 @@
+"""Report on one finished run: a self-contained HTML page (figures embedded, opens offline), the figures as
+PNGs, the headline table (terminal, Markdown, CSV) and automatic findings with their numbers: a first-ITL
+stall, ITL vs TPOT and why they differ, a heavy TTFT tail, client saturation, failures.
+
+RUN is a result JSON written by 'llmload bench --save-result' (with its .records.jsonl next to it) or by
+vLLM's benchmark_serving.py --save-detailed (figures over time are skipped: it has no timestamps).
+
+examples:
+  llmload report results/vllm-inf-qps-Qwen3-8B-20250101-120000.json --output report/
+  llmload report old-vllm-run.json --output report/ --goodput ttft:500 tpot:50
+
+Writes DIR/report.html, DIR/report.md, DIR/report.csv and DIR/*.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("run", metavar="RUN", help="result JSON (llmload or vLLM --save-detailed)")
+    parser.add_argument("--output", "-o", metavar="DIR", default="llmload-report",
+                        help="directory for the report (default: %(default)s)")
+    parser.add_argument("--label", help="name of the run in the report (default: its label or file name)")
+    parser.add_argument("--goodput", nargs="+", metavar="METRIC:MS",
+                        help="recompute goodput with these SLOs, e.g. ttft:500 tpot:50 (default: the run's own)")
+    parser.add_argument("--dpi", type=int, default=100, help="PNG resolution (default: %(default)s)")
+    parser.add_argument("--title", help="page title (default: 'llmload report: LABEL')")
+
+
+def run(args: argparse.Namespace) -> int:
+    from llmload.report.build import build
+
+    out = build([args.run], args.output, name="report", title=args.title,
+                labels=[args.label] if args.label else None, goodput=args.goodput, dpi=args.dpi)
+    print(out.terminal_text())
+    print(f"\nWrote {out.files[0]} (self-contained), {out.files[1].name}, {out.files[2].name} "
+          f"and {len(out.files) - 3} figures in {out.files[0].parent}")
+    return 0

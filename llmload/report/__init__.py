@@ -1,0 +1,12 @@
+"""Reports and comparisons of finished runs: ``llmload report`` and ``llmload compare``.
+
+    loader.py    a RUN (our result JSON + records, or vLLM's --save-detailed JSON) -> Run
+    stats.py     per-request values and summary metrics recomputed from a Run's records
+    findings.py  automatic findings with their numbers (first-ITL stall, ITL vs TPOT, TTFT tail, ...)
+    tables.py    the headline table with relative differences: terminal, Markdown, CSV, HTML
+    figures.py   matplotlib PNGs, one colour per run
+    html.py      the self-contained HTML page
+    build.py     the pipeline both commands run
+
+Nothing heavy is imported here; matplotlib only when figures are drawn.
+"""

@@ -1,0 +1,103 @@
+"""The pipeline behind ``llmload report`` and ``llmload compare``: load, compute, find, draw, write."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from llmload.errors import ConfigError, DatasetError
+from llmload.report.findings import Finding, compare_findings, run_findings
+from llmload.report.loader import load_runs
+from llmload.report.stats import RunStats
+from llmload.report.tables import Table, build_table, to_csv, to_html, to_markdown, to_terminal
+
+
+@dataclass
+class Outputs:
+    stats: list[RunStats]
+    table: Table
+    findings: list[Finding]
+    notes: list[str]
+    files: list[Path]
+
+    def terminal_text(self) -> str:
+        lines = [to_terminal(self.table), "", "Findings:"]
+        lines += [f"  - {f.text()}" for f in self.findings] or ["  none (no stall, TTFT tail, ITL/TPOT gap, "
+                                                                  "client saturation or failures)"]
+        if any(s.run.simulated for s in self.stats):
+            lines.append("Note: SIMULATED engine results (llmload sim), not a real server.")
+        lines += [f"Note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def parse_goodput(items: list[str] | None) -> dict[str, float] | None:
+    """``--goodput ttft:500 tpot:50`` -> {"ttft": 500.0, "tpot": 50.0} (milliseconds)."""
+    if not items:
+        return None
+    slos: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.partition(":")
+        if not sep or name not in ("ttft", "tpot", "e2el"):
+            raise ConfigError(f"--goodput: expected METRIC:MS with METRIC one of ttft, tpot, e2el, got {item!r}")
+        try:
+            slos[name] = float(value)
+        except ValueError:
+            raise ConfigError(f"--goodput: {item!r}: {value!r} is not a number of milliseconds") from None
+        if slos[name] < 0:
+            raise ConfigError(f"--goodput: {item!r}: the SLO must be >= 0 ms")
+    return slos
+
+
+def pick_baseline(stats: list[RunStats], baseline: str | None, paths: list[str]) -> int:
+    """``--baseline``: a run label, a RUN path as given, or a 1-based position; default the first run."""
+    if baseline is None:
+        return 0
+    for i, s in enumerate(stats):
+        if baseline in (s.run.label, paths[i], str(s.run.path), s.run.path.name):
+            return i
+    if baseline.isdigit() and 1 <= int(baseline) <= len(stats):
+        return int(baseline) - 1
+    labels = ", ".join(s.run.label for s in stats)
+    raise ConfigError(f"--baseline {baseline!r}: not a run label ({labels}), RUN path or position 1..{len(stats)}")
+
+
+def build(paths: list[str], out_dir: str | Path, *, name: str, title: str | None, labels: list[str] | None = None,
+          baseline: str | None = None, goodput: list[str] | None = None, dpi: int = 100) -> Outputs:
+    """Load the runs and write ``<name>.html``, ``<name>.md``, ``<name>.csv`` and the PNGs into ``out_dir``."""
+    from llmload.report.figures import render_all
+    from llmload.report.html import render_html
+
+    if not 20 <= dpi <= 600:
+        raise ConfigError(f"--dpi must be between 20 and 600, got {dpi}")
+    slos = parse_goodput(goodput)
+    runs = load_runs(paths, labels)
+    title = title or f"llmload {name}: {', '.join(run.label for run in runs)}"
+    stats = [RunStats(run, slos) for run in runs]
+    base = pick_baseline(stats, baseline, paths)
+    table = build_table(stats, base)
+    findings = [f for s in stats for f in run_findings(s)]
+    if len(stats) > 1:
+        findings += compare_findings(stats, base)
+    notes = [f"{run.label}: {note}" for run in runs for note in run.notes]
+
+    out = Path(out_dir)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DatasetError(f"--output {out}: cannot create the directory ({exc.strerror})") from None
+    figures, fig_notes = render_all(stats, out, dpi=dpi)
+    notes += fig_notes
+
+    md = [f"# {title}", ""]
+    if any(s.run.simulated for s in stats):
+        md += ["**SIMULATED**: runs against llmload's simulated engine, not a real inference server.", ""]
+    md += [to_markdown(table), "## Findings", ""]
+    md += [f"- {f.text()}" for f in findings] or ["- none"]
+    if notes:
+        md += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    md += ["", "## Figures", ""] + [f"![{f.title}]({f.path.name})" for f in figures]
+    files = [out / f"{name}.html", out / f"{name}.md", out / f"{name}.csv"]
+    files[0].write_text(render_html(title, stats, to_html(table), findings, figures, notes, base), encoding="utf-8")
+    files[1].write_text("\n".join(md) + "\n", encoding="utf-8")
+    files[2].write_text(to_csv(table), encoding="utf-8")
+    return Outputs(stats, table, findings, notes, files + [f.path for f in figures])

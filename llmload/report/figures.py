@@ -1,0 +1,286 @@
+"""Matplotlib figures (PNG, Agg backend) for one run or several overlaid, one colour per run label.
+
+Every function takes the runs' :class:`RunStats` and returns a ``matplotlib.figure.Figure``; :func:`render_all`
+saves them and says which were skipped and why (vLLM-format runs carry no send or arrival times, so the
+figures over time show only the runs that do). matplotlib is imported here only, when a report is made.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from llmload.report.stats import RunStats
+
+#: (file stem, title) in report order
+FIGURES = (
+    ("ttft", "Time to first token"),
+    ("tpot", "TPOT with and without the first ITL"),
+    ("itl", "Inter-token latency"),
+    ("e2el", "End-to-end latency"),
+    ("timeline", "Per-request timeline"),
+    ("throughput", "Tokens/s and requests in flight over time"),
+    ("lengths", "Input and output lengths"),
+    ("errors", "Failed requests over time"),
+)
+_TIMED = ("timeline", "throughput", "errors")
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    name: str
+    title: str
+    path: Path
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def colour(i: int) -> str:
+    palette = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+               "#bcbd22", "#17becf")
+    return palette[i % len(palette)]
+
+
+def _bins(arrays: list[np.ndarray], n: int = 40, log: bool = False) -> np.ndarray:
+    values = np.concatenate([a for a in arrays if len(a)]) if any(len(a) for a in arrays) else np.zeros(1)
+    if log:
+        positive = values[values > 0]
+        if not len(positive):
+            return np.linspace(0, 1, n + 1)
+        lo, hi = positive.min(), positive.max()
+        if hi <= lo:
+            hi = lo * 1.01
+        return np.geomspace(lo, hi, n + 1)
+    lo, hi = float(values.min()), float(values.max())
+    if hi <= lo:
+        hi = lo + 1.0
+    return np.linspace(lo, hi, n + 1)
+
+
+def _ecdf(ax, values: np.ndarray, **kw) -> None:
+    if not len(values):
+        return
+    x = np.sort(values)
+    ax.plot(x, np.arange(1, len(x) + 1) / len(x), drawstyle="steps-post", **kw)
+
+
+def _legend(ax, stats: list[RunStats]) -> None:
+    if len(stats) > 1 or ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, frameon=False)
+
+
+def _hist_and_box(plt, stats: list[RunStats], attr: str, title: str, xlabel: str):
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [3, 1.3]})
+    data = [getattr(s, attr) * 1000.0 for s in stats]
+    bins = _bins(data)
+    for i, (s, d) in enumerate(zip(stats, data, strict=True)):
+        if len(d):
+            ax.hist(d, bins=bins, histtype="step" if len(stats) > 1 else "stepfilled", linewidth=1.6,
+                    color=colour(i), alpha=0.9 if len(stats) > 1 else 0.6, label=f"{s.run.label} (n={len(d)})")
+            ax.axvline(np.median(d), color=colour(i), linestyle=":", linewidth=1)
+    ax.set(title=f"{title} histogram (dotted: median)", xlabel=xlabel, ylabel="requests")
+    _legend(ax, stats)
+    box = bx.boxplot([d if len(d) else [0.0] for d in data], vert=True, patch_artist=True, showfliers=True,
+                     flierprops={"markersize": 2})
+    for i, patch in enumerate(box["boxes"]):
+        patch.set_facecolor(colour(i))
+        patch.set_alpha(0.5)
+    bx.set_xticks(range(1, len(stats) + 1), [s.run.label for s in stats], rotation=20, fontsize=8)
+    bx.set(title="box plot", ylabel=xlabel)
+    fig.tight_layout()
+    return fig
+
+
+def fig_ttft(plt, stats):
+    return _hist_and_box(plt, stats, "ttft", "TTFT", "TTFT (ms)")
+
+
+def fig_e2el(plt, stats):
+    return _hist_and_box(plt, stats, "e2el", "E2E latency", "E2E latency (ms)")
+
+
+def fig_tpot(plt, stats):
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharex=True, sharey=True)
+    tpot = [s.tpot * 1000.0 for s in stats]
+    steady = [s.tpot_steady * 1000.0 for s in stats]
+    bins = _bins(tpot + steady)
+    for ax, data, title in ((axes[0], tpot, "TPOT = (E2EL − TTFT) / (out − 1)"),
+                            (axes[1], steady, "TPOT excl. 1st ITL = (E2EL − TTFT − ITL₁) / (out − 2)")):
+        for i, (s, d) in enumerate(zip(stats, data, strict=True)):
+            if len(d):
+                ax.hist(d, bins=bins, histtype="step", linewidth=1.6, color=colour(i),
+                        label=f"{s.run.label}: mean {d.mean():.2f} ms")
+        ax.set(title=title, xlabel="ms per output token", ylabel="requests")
+        ax.title.set_fontsize(10)
+        _legend(ax, stats)
+    fig.tight_layout()
+    return fig
+
+
+def fig_itl(plt, stats):
+    fig, (ax, cx) = plt.subplots(1, 2, figsize=(11, 4))
+    data = [s.itl * 1000.0 for s in stats]
+    log = any(len(d) and d.max() > 20 * max(np.median(d), 1e-9) for d in data)
+    bins = _bins(data, 50, log=log)
+    for i, (s, d) in enumerate(zip(stats, data, strict=True)):
+        if len(d):
+            ax.hist(d[d > 0] if log else d, bins=bins, histtype="step", linewidth=1.6, color=colour(i),
+                    label=f"{s.run.label}: median {np.median(d):.2f} ms")
+        _ecdf(cx, s.itl_later * 1000.0, color=colour(i), linewidth=1.6, label=f"{s.run.label}: ITL₂…")
+        _ecdf(cx, s.itl1 * 1000.0, color=colour(i), linewidth=1.4, linestyle="--", label=f"{s.run.label}: ITL₁")
+    if log:
+        ax.set_xscale("log")
+        cx.set_xscale("log")
+    ax.set(title="ITL histogram (all gaps pooled)", xlabel="ITL (ms)", ylabel="gaps")
+    cx.set(title="ITL CDF: first gap (dashed) vs later gaps", xlabel="ITL (ms)", ylabel="fraction ≤ x")
+    _legend(ax, stats)
+    _legend(cx, stats)
+    fig.tight_layout()
+    return fig
+
+
+def fig_lengths(plt, stats):
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for ax, attr, title in ((axes[0], "input_lens", "input (prompt) tokens"),
+                            (axes[1], "output_lens", "output tokens")):
+        data = [getattr(s, attr) for s in stats]
+        bins = _bins(data)
+        for i, (s, d) in enumerate(zip(stats, data, strict=True)):
+            if len(d):
+                ax.hist(d, bins=bins, histtype="step", linewidth=1.6, color=colour(i),
+                        label=f"{s.run.label}: mean {d.mean():.0f}")
+        ax.set(title=title, xlabel="tokens", ylabel="requests")
+        _legend(ax, stats)
+    fig.tight_layout()
+    return fig
+
+
+def _timed(stats: list[RunStats]) -> list[tuple[int, RunStats]]:
+    return [(i, s) for i, s in enumerate(stats) if s.run.has_timestamps]
+
+
+def fig_timeline(plt, stats):
+    timed = _timed(stats)
+    fig, axes = plt.subplots(len(timed), 1, figsize=(11, 2.2 + 2.6 * len(timed)), sharex=True, squeeze=False)
+    for ax, (i, s) in zip(axes[:, 0], timed, strict=True):
+        inf = float("inf")
+        recs = sorted(s.run.records, key=lambda r: (r.first_token if r.first_token is not None else inf, r.start))
+        t0 = s.t0
+        y = np.arange(len(recs))
+        send = np.asarray([r.start - t0 for r in recs])
+        first = np.asarray([np.nan if r.first_token is None else r.first_token - t0 for r in recs])
+        last = np.asarray([np.nan if r.end is None else r.end - t0 for r in recs])
+        ok = ~np.isnan(first)
+        ax.hlines(y[ok], send[ok], first[ok], color="#bbbbbb", linewidth=1, label="send → first token")
+        ok2 = ok & ~np.isnan(last)
+        ax.hlines(y[ok2], first[ok2], last[ok2], color=colour(i), linewidth=1, label="first → last token")
+        bad = np.asarray([not r.success for r in recs])
+        if bad.any():
+            ax.plot(send[bad], y[bad], "x", color="#d62728", markersize=4, label="failed (at send)")
+        ax.set(title=f"{s.run.label}: one line per request, ordered by first token", ylabel="request #")
+        ax.title.set_fontsize(10)
+        ax.legend(fontsize=8, frameon=False, loc="lower right")
+    axes[-1, 0].set_xlabel("time since the first send (s)")
+    fig.tight_layout()
+    return fig
+
+
+def _bucket(stats: list[RunStats]) -> float:
+    longest = max(s.run.duration for s in stats)
+    return 1.0 if longest >= 50 else float(f"{max(longest / 50.0, 0.2):.1g}")
+
+
+def fig_throughput(plt, stats):
+    timed = _timed(stats)
+    width = _bucket([s for _, s in timed])
+    fig, (ax, fx) = plt.subplots(2, 1, figsize=(11, 6), sharex=True)
+    for i, s in timed:
+        t0 = s.t0
+        times, tokens = [], []
+        for r in s.done:
+            n = len(r.chunk_times)
+            counts = r.chunk_tokens if len(r.chunk_tokens) == n else [1] * n
+            times.extend(t - t0 for t in r.chunk_times)
+            tokens.extend(counts)
+        end = max(times) if times else s.run.duration
+        edges = np.arange(0.0, end + width, width)
+        hist, _ = np.histogram(times, bins=edges, weights=tokens)
+        ax.step(edges[:-1], hist / width, where="post", color=colour(i), linewidth=1.4, label=s.run.label)
+        events = []
+        for r in s.run.records:
+            stop = r.end if r.end is not None else r.start
+            events += [(r.start - t0, 1), (stop - t0, -1)]
+        events.sort()
+        xs = [0.0] + [t for t, _ in events]
+        ys = np.concatenate([[0], np.cumsum([d for _, d in events])])
+        fx.step(xs, ys, where="post", color=colour(i), linewidth=1.4, label=s.run.label)
+    ax.set(title=f"output tokens/s ({width:g} s buckets)", ylabel="tokens/s")
+    fx.set(title="requests in flight", ylabel="requests", xlabel="time since the first send (s)")
+    _legend(ax, stats)
+    _legend(fx, stats)
+    fig.tight_layout()
+    return fig
+
+
+def fig_errors(plt, stats):
+    timed = _timed(stats)
+    width = _bucket([s for _, s in timed])
+    fig, ax = plt.subplots(figsize=(11, 3.2))
+    total = 0
+    for i, s in timed:
+        times = np.asarray([r.start - s.t0 for r in s.failed])
+        total += len(times)
+        edges = np.arange(0.0, s.run.duration + 2 * width, width)
+        hist, _ = np.histogram(times, bins=edges)
+        ax.step(edges[:-1], hist, where="post", color=colour(i), linewidth=1.4,
+                label=f"{s.run.label}: {len(times)} failed")
+    if not total:
+        ax.text(0.5, 0.5, "no failed requests", transform=ax.transAxes, ha="center", va="center",
+                fontsize=14, color="#2ca02c")
+    ax.set(title=f"failed requests by send time ({width:g} s buckets)", xlabel="time since the first send (s)",
+           ylabel="failed requests")
+    ax.set_ylim(bottom=0)
+    _legend(ax, stats)
+    fig.tight_layout()
+    return fig
+
+
+_MAKERS = {
+    "ttft": fig_ttft, "tpot": fig_tpot, "itl": fig_itl, "e2el": fig_e2el, "timeline": fig_timeline,
+    "throughput": fig_throughput, "lengths": fig_lengths, "errors": fig_errors,
+}
+
+
+def render_all(stats: list[RunStats], out_dir: Path, dpi: int = 100,
+               prefix: str = "") -> tuple[list[Figure], list[str]]:
+    """Save every figure as ``out_dir/<prefix><name>.png``; returns the figures and notes on skipped ones."""
+    plt = _plt()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figures: list[Figure] = []
+    notes: list[str] = []
+    untimed = [s.run.label for s in stats if not s.run.has_timestamps]
+    for name, title in FIGURES:
+        if name in _TIMED:
+            if not _timed(stats):
+                notes.append(f"{title}: skipped, no run has per-request send and arrival times "
+                             f"(vLLM-format: {', '.join(untimed)})")
+                continue
+            if untimed:
+                notes.append(f"{title}: without {', '.join(untimed)} (no per-request send and arrival times)")
+        fig = _MAKERS[name](plt, stats)
+        sim = any(s.run.simulated for s in stats)
+        fig.suptitle(title + ("  (SIMULATED engine)" if sim else ""), fontsize=11, y=1.02)
+        path = out_dir / f"{prefix}{name}.png"
+        fig.savefig(path, dpi=dpi, bbox_inches="tight")
+        plt.close(fig)
+        figures.append(Figure(name, title, path))
+    return figures, notes

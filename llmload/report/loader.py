@@ -1,0 +1,227 @@
+"""Load a RUN for ``llmload report`` / ``llmload compare`` into one common :class:`Run`.
+
+A RUN is a result JSON in one of two shapes:
+
+    llmload     our result JSON (``ttft_rule``, ``client_health``...) with ``<name>.records.jsonl`` (or
+                ``.parquet``) beside it: raw perf_counter timestamps of every chunk of every request
+    vllm        vLLM ``benchmark_serving.py --save-detailed`` output: ``ttfts``, ``itls``, ``input_lens``,
+                ``output_lens``, ``errors`` per request, but no send or arrival times; each request is rebuilt
+                as a record that starts at 0 (first token at TTFT, then one chunk per ITL), so TTFT, TPOT,
+                TPOT excl. 1st ITL, ITL and E2EL are exact, while the figures over time are skipped
+
+Our JSON without a records file but with the ``--save-detailed`` lists is read like vLLM's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llmload.errors import DatasetError
+from llmload.records import RequestRecord
+
+#: keys only our result JSON has
+_OUR_KEYS = ("ttft_rule", "client_health", "total_requests", "mean_tpot_steady_ms")
+#: per-request lists a vLLM ``--save-detailed`` result must carry
+_DETAILED_REQUIRED = ("ttfts", "itls", "output_lens")
+
+
+@dataclass(slots=True)
+class Run:
+    """One benchmark run, whatever wrote it."""
+
+    label: str
+    path: Path
+    #: "llmload" (records with timestamps) or "vllm" (per-request lists, no timestamps)
+    source: str
+    #: the result JSON as read (summary keys and metadata)
+    summary: dict[str, Any]
+    duration: float
+    #: one per request in the order written; for vLLM runs ``start`` is 0 and times are relative
+    records: list[RequestRecord]
+    #: send / chunk arrival timestamps exist (timelines, throughput over time, errors over time)
+    has_timestamps: bool
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def simulated(self) -> bool:
+        return self.summary.get("base_url") == "llmload-sim"
+
+    @property
+    def client_health(self) -> dict[str, Any] | None:
+        health = self.summary.get("client_health")
+        return health if isinstance(health, dict) else None
+
+    @property
+    def goodput_slos(self) -> dict[str, float] | None:
+        slos = self.summary.get("goodput_slos_ms")
+        return dict(slos) if isinstance(slos, dict) and slos else None
+
+    @property
+    def percentiles(self) -> tuple[float, ...]:
+        """The percentiles the run reported (from its ``p*_ttft_ms`` keys); at least 99."""
+        found = set()
+        for key in self.summary:
+            if key.startswith("p") and key.endswith("_ttft_ms"):
+                try:
+                    found.add(float(key[1:-8]))
+                except ValueError:
+                    pass
+        return tuple(sorted(found | {99.0}))
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    import orjson
+
+    if not path.exists():
+        raise DatasetError(f"{path}: no such file")
+    if path.is_dir():
+        raise DatasetError(f"{path}: is a directory, expected a result JSON")
+    try:
+        data = orjson.loads(path.read_bytes())
+    except orjson.JSONDecodeError as exc:
+        raise DatasetError(f"{path}: not valid JSON ({exc})") from None
+    except OSError as exc:
+        raise DatasetError(f"{path}: cannot read ({exc.strerror})") from None
+    if not isinstance(data, dict):
+        raise DatasetError(f"{path}: expected a JSON object (a result JSON), found a {type(data).__name__}")
+    return data
+
+
+def records_file_for(path: Path) -> Path | None:
+    """``X.records.jsonl`` (or ``.parquet``) next to ``X.json``, if it exists."""
+    stem = path.name[:-5] if path.name.endswith(".json") else path.stem
+    for ext in ("jsonl", "parquet"):
+        candidate = path.with_name(f"{stem}.records.{ext}")
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _duration(data: dict[str, Any], path: Path) -> float:
+    value = data.get("duration")
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value) or value <= 0:
+        raise DatasetError(f"{path}: 'duration' is missing or not a positive number of seconds")
+    return float(value)
+
+
+def _label(data: dict[str, Any], path: Path) -> str:
+    label = data.get("label")
+    if isinstance(label, str) and label:
+        return label
+    stem = path.name[:-5] if path.name.endswith(".json") else path.stem
+    return stem
+
+
+def _from_records(data: dict[str, Any], path: Path, records_path: Path) -> Run:
+    from llmload.bench.results import read_records
+
+    try:
+        records = read_records(records_path)
+    except (OSError, ValueError, TypeError) as exc:
+        raise DatasetError(f"{records_path}: cannot read request records ({exc})") from None
+    if not records:
+        raise DatasetError(f"{records_path}: holds no request records")
+    return Run(label=_label(data, path), path=path, source="llmload", summary=data,
+               duration=_duration(data, path), records=records, has_timestamps=True)
+
+
+def _list(data: dict[str, Any], key: str, n: int, path: Path, default: Any) -> list:
+    value = data.get(key)
+    if value is None:
+        return [default] * n
+    if not isinstance(value, list) or len(value) != n:
+        raise DatasetError(f"{path}: '{key}' must be a list with one entry per request ({n})")
+    return value
+
+
+def _from_detailed(data: dict[str, Any], path: Path) -> Run:
+    """Rebuild records from vLLM's per-request lists: start 0, first token at TTFT, one chunk per ITL."""
+    ttfts = data["ttfts"]
+    if not isinstance(ttfts, list):
+        raise DatasetError(f"{path}: 'ttfts' must be a list")
+    n = len(ttfts)
+    itls = _list(data, "itls", n, path, [])
+    output_lens = _list(data, "output_lens", n, path, 0)
+    input_lens = _list(data, "input_lens", n, path, 0)
+    errors = _list(data, "errors", n, path, "")
+    texts = _list(data, "generated_texts", n, path, "")
+    records = []
+    try:
+        for i in range(n):
+            error = str(errors[i] or "")
+            ttft = float(ttfts[i] or 0.0)
+            out = int(output_lens[i] or 0)
+            success = not error and (ttft > 0 or out > 0)
+            chunk_times: list[float] = []
+            if success and ttft > 0:
+                t = ttft
+                chunk_times.append(t)
+                for gap in itls[i] or []:
+                    t += float(gap)
+                    chunk_times.append(t)
+            records.append(RequestRecord(
+                request_id=str(i), prompt_len=int(input_lens[i] or 0), start=0.0,
+                first_token=chunk_times[0] if chunk_times else None, chunk_times=chunk_times,
+                chunk_tokens=[1] * len(chunk_times), output_tokens=out if success else 0,
+                output_tokens_source="usage", generated_text=str(texts[i] or ""),
+                success=success and bool(chunk_times), error=error,
+            ))
+    except (TypeError, ValueError) as exc:
+        raise DatasetError(f"{path}: per-request lists hold a value that is not a number ({exc})") from None
+    run = Run(label=_label(data, path), path=path, source="vllm", summary=data, duration=_duration(data, path),
+              records=records, has_timestamps=False)
+    run.notes.append(
+        "vLLM-format result (per-request TTFT and ITLs, no send or arrival times): the request timeline, tokens/s and in-flight requests over time and errors over time are skipped."
+    )
+    return run
+
+
+def load_run(path: str | Path, label: str | None = None) -> Run:
+    """Read one RUN (see the module docstring); raise :class:`DatasetError` with one line if unusable."""
+    path = Path(path)
+    data = _read_json(path)
+    ours = any(k in data for k in _OUR_KEYS)
+    records_path = records_file_for(path) if ours else None
+    has_detailed = all(isinstance(data.get(k), list) for k in _DETAILED_REQUIRED)
+    if records_path is not None:
+        run = _from_records(data, path, records_path)
+    elif has_detailed:
+        run = _from_detailed(data, path)
+        if ours:
+            run.source = "llmload"
+            run.notes[-1] = (f"no records file next to {path.name}: read the --save-detailed lists, "
+                             "so the figures over time are skipped.")
+    elif ours:
+        raise DatasetError(
+            f"{path}: an llmload result without its records file ({path.name[:-5]}.records.jsonl) or "
+            "--save-detailed lists; keep the records file next to the JSON"
+        )
+    elif "duration" in data and ("completed" in data or "mean_ttft_ms" in data):
+        raise DatasetError(
+            f"{path}: a vLLM result without per-request data; re-run benchmark_serving.py with --save-detailed"
+        )
+    else:
+        raise DatasetError(
+            f"{path}: neither an llmload result JSON nor a vLLM benchmark_serving result "
+            "(expected keys such as 'duration', 'ttfts', 'itls')"
+        )
+    if label:
+        run.label = label
+    if not any(r.success and not r.cut_off for r in run.records):
+        raise DatasetError(f"{path}: no successful requests in this run; nothing to report")
+    return run
+
+
+def load_runs(paths: list[str], labels: list[str] | None = None) -> list[Run]:
+    """Load several RUNs; labels default to each run's own and are made unique (``name``, ``name#2``)."""
+    runs = [load_run(p, labels[i] if labels and i < len(labels) else None) for i, p in enumerate(paths)]
+    seen: dict[str, int] = {}
+    for run in runs:
+        n = seen.get(run.label, 0) + 1
+        seen[run.label] = n
+        if n > 1:
+            run.label = f"{run.label}#{n}"
+    return runs

@@ -1,0 +1,110 @@
+"""Per-request values and summary metrics of one :class:`Run`, recomputed from its records.
+
+Every number in a report comes from here: the latency lists (seconds, completed requests only, as
+``llmload.metrics``) and :func:`llmload.metrics.compute_metrics` over the records, so a report agrees with
+``llmload bench``'s summary and with anything recomputed from the records file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from llmload.metrics import BenchmarkMetrics, compute_metrics, is_completed, tpot_s, tpot_steady_s
+from llmload.records import RequestRecord
+from llmload.report.loader import Run
+
+
+@dataclass
+class RunStats:
+    run: Run
+    #: recompute goodput with these SLOs (ms) instead of the run's own
+    goodput_slos: dict[str, float] | None = None
+
+    @cached_property
+    def done(self) -> list[RequestRecord]:
+        return [r for r in self.run.records if is_completed(r)]
+
+    @cached_property
+    def metrics(self) -> BenchmarkMetrics:
+        return compute_metrics(
+            self.run.records, self.run.duration, goodput_slos=self.goodput_slos or self.run.goodput_slos,
+            selected_percentiles=self.run.percentiles, selected_metrics=("ttft", "tpot", "itl", "e2el"),
+        )
+
+    def _arr(self, values) -> np.ndarray:
+        return np.asarray([v for v in values if v is not None], dtype=float)
+
+    @cached_property
+    def ttft(self) -> np.ndarray:
+        return self._arr(r.ttft for r in self.done)
+
+    @cached_property
+    def e2el(self) -> np.ndarray:
+        return self._arr(r.e2el for r in self.done)
+
+    @cached_property
+    def tpot(self) -> np.ndarray:
+        return self._arr(tpot_s(r) for r in self.done)
+
+    @cached_property
+    def tpot_steady(self) -> np.ndarray:
+        return self._arr(tpot_steady_s(r) for r in self.done)
+
+    @cached_property
+    def itl(self) -> np.ndarray:
+        return np.asarray([g for r in self.done for g in r.itls], dtype=float)
+
+    @cached_property
+    def itl1(self) -> np.ndarray:
+        """ITL₁: the gap between the first and the second counted event, one per request that has it."""
+        return np.asarray([r.chunk_times[1] - r.chunk_times[0] for r in self.done if len(r.chunk_times) > 1])
+
+    @cached_property
+    def itl_later(self) -> np.ndarray:
+        """Every ITL after the first, pooled."""
+        return np.asarray([g for r in self.done for g in r.itls[1:]], dtype=float)
+
+    @cached_property
+    def itl1_vs_next(self) -> np.ndarray:
+        """Per request: ITL₁ / median(ITL₂..ITL₄) (the gaps right after it), for requests with at least 3 ITLs
+        and a non-zero median."""
+        out = []
+        for r in self.done:
+            gaps = r.itls
+            if len(gaps) >= 3:
+                nxt = float(np.median(gaps[1:4]))
+                if nxt > 0:
+                    out.append(gaps[0] / nxt)
+        return np.asarray(out, dtype=float)
+
+    @cached_property
+    def input_lens(self) -> np.ndarray:
+        from llmload.metrics import input_tokens
+
+        return np.asarray([input_tokens(r) for r in self.done], dtype=float)
+
+    @cached_property
+    def output_lens(self) -> np.ndarray:
+        return np.asarray([r.output_tokens for r in self.done], dtype=float)
+
+    @cached_property
+    def t0(self) -> float:
+        """The run's time zero: the earliest intended or actual send."""
+        starts = [r.start for r in self.run.records]
+        starts += [r.intended_send for r in self.run.records if r.intended_send is not None]
+        return min(starts) if starts else 0.0
+
+    @cached_property
+    def failed(self) -> list[RequestRecord]:
+        return [r for r in self.run.records if not r.success and not r.cut_off]
+
+    def goodput_value(self) -> float | None:
+        """Recomputed goodput (req/s) when SLOs are known, else the run's stored value."""
+        m = self.metrics
+        if m.request_goodput is not None:
+            return m.request_goodput
+        value = self.run.summary.get("request_goodput")
+        return float(value) if isinstance(value, int | float) else None
