@@ -12,11 +12,16 @@ vLLM-exact schedule (``benchmark_serving.py::get_request``), for request ``i`` o
 One ``rng.gamma`` draw per request, in order, so ``numpy.random.RandomState(seed)`` reproduces vLLM's
 ``np.random.seed(seed)`` schedule exactly. Every worker computes the same schedule from the seed and takes
 its share with :func:`share_for_worker`.
+
+Also: :func:`constant_offsets` (evenly spaced sends), :func:`think_time` / :func:`parse_think_time`
+(closed-loop pauses). Time-varying rates are in :mod:`llmload.shapes` (``rate_offsets``) and trace
+replay in :mod:`llmload.datasets.traces`; any of their offsets are sharded with :func:`share_for_worker`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -117,3 +122,64 @@ def share_for_worker(offsets: np.ndarray | list[float], worker_index: int, worke
     if not 0 <= worker_index < worker_count:
         raise ConfigError(f"worker index must be in [0, {worker_count}), got {worker_index}")
     return np.arange(worker_index, len(offsets), worker_count)
+
+
+def constant_offsets(n: int, rate: float) -> np.ndarray:
+    """``n`` sends exactly ``1 / rate`` apart, the first at 0 (all at 0 when ``rate`` is inf)."""
+    if n < 0:
+        raise ConfigError(f"--num-prompts must be >= 0, got {n}")
+    if math.isnan(rate) or rate <= 0:
+        raise ConfigError(f"--request-rate must be > 0 (or inf), got {rate}")
+    if math.isinf(rate):
+        return np.zeros(n)
+    return np.arange(n, dtype=np.float64) / rate
+
+
+THINK_TIME_KINDS = ("fixed", "exponential")
+
+
+def think_time(
+    kind: str, mean_s: float, rng: np.random.RandomState | np.random.Generator | int | None = None
+) -> Callable[..., float]:
+    """A closed-loop pause: a callable returning seconds to wait before a user's next request.
+
+    ``fixed`` always returns ``mean_s``; ``exponential`` (alias ``exp``) draws Exp(mean ``mean_s``)
+    from ``rng`` (a numpy generator, or a seed). The callable ignores its arguments, so it can be set
+    directly as a Locust user's ``wait_time`` (which Locust calls as a method).
+    """
+    if kind == "exp":
+        kind = "exponential"
+    if kind not in THINK_TIME_KINDS:
+        raise ConfigError(f"--think-time kind must be fixed or exp(onential), got {kind!r}")
+    if not (math.isfinite(mean_s) and mean_s >= 0):
+        raise ConfigError(f"--think-time seconds must be a finite number >= 0, got {mean_s}")
+    mean = float(mean_s)
+    if kind == "fixed" or mean == 0:
+
+        def fixed(*_args: object) -> float:
+            return mean
+
+        return fixed
+    gen = rng if isinstance(rng, (np.random.RandomState, np.random.Generator)) else np.random.default_rng(rng)
+
+    def exponential(*_args: object) -> float:
+        return float(gen.exponential(mean))
+
+    return exponential
+
+
+def parse_think_time(
+    spec: str, rng: np.random.RandomState | np.random.Generator | int | None = None
+) -> Callable[..., float]:
+    """``--think-time``: ``fixed:0.5``, ``exp:2`` or ``exponential:2`` (seconds) -> :func:`think_time`."""
+    kind, sep, value = str(spec).strip().partition(":")
+    if not sep:
+        raise ConfigError(f"--think-time {spec!r}: expected fixed:SECONDS or exp:SECONDS")
+    try:
+        mean = float(value)
+    except ValueError:
+        raise ConfigError(f"--think-time {spec!r}: {value!r} is not a number of seconds") from None
+    try:
+        return think_time(kind.strip().lower(), mean, rng)
+    except ConfigError as exc:
+        raise ConfigError(f"--think-time {spec!r}: {str(exc).removeprefix('--think-time ')}") from None

@@ -3,7 +3,8 @@
     load_samples(name, path, tokenizer, num_prompts, seed, **options) -> list[SampleRequest]
 
 ``sharegpt`` (vLLM's sampling rules; the synthetic sample when no path is given), ``random``
-(vLLM's RandomDataset) and ``custom`` (JSONL). Malformed input raises ``DatasetError``.
+(vLLM's RandomDataset), ``custom`` (JSONL) and ``trace`` (replay of an Azure / BurstGPT / JSONL trace;
+each sample carries its send offset in ``arrival_s``). Malformed input raises ``DatasetError``.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from llmload.datasets.base import SampleRequest, Tokenizer, token_len
 from llmload.datasets.custom import sample_custom
 from llmload.datasets.random_dataset import sample_random
 from llmload.datasets.sharegpt import default_sharegpt_path, load_conversations, sample_sharegpt
+from llmload.datasets.traces import TRACE_FORMATS, sample_trace
 from llmload.errors import ConfigError, DatasetError
 
-DATASET_NAMES = ("sharegpt", "random", "custom")
+DATASET_NAMES = ("sharegpt", "random", "custom", "trace")
 
 __all__ = [
     "DATASET_NAMES",
+    "TRACE_FORMATS",
     "SampleRequest",
     "Tokenizer",
     "default_sharegpt_path",
@@ -29,6 +32,7 @@ __all__ = [
     "sample_custom",
     "sample_random",
     "sample_sharegpt",
+    "sample_trace",
     "token_len",
 ]
 
@@ -37,20 +41,23 @@ def load_samples(
     dataset_name: str,
     dataset_path: str | Path | None,
     tokenizer: Tokenizer,
-    num_prompts: int,
+    num_prompts: int | None,
     seed: int = 0,
     **options: Any,
 ) -> list[SampleRequest]:
     """Build the workload for ``--dataset-name``.
 
     Options: sharegpt ``fixed_output_len``; random ``input_len``, ``output_len``, ``range_ratio``,
-    ``prefix_len``; custom ``default_output_len``. ``None`` values mean "use the default".
+    ``prefix_len``; custom ``default_output_len``; trace ``trace_format``, ``time_scale``,
+    ``trace_start``, ``trace_duration``, ``prompt_path`` (``num_prompts`` ``None`` = the whole window).
+    ``None`` values mean "use the default".
     """
     options = {k: v for k, v in options.items() if v is not None}
     allowed = {
         "sharegpt": {"fixed_output_len"},
         "random": {"input_len", "output_len", "range_ratio", "prefix_len"},
         "custom": {"default_output_len"},
+        "trace": {"trace_format", "time_scale", "trace_start", "trace_duration", "prompt_path"},
     }
     if dataset_name not in allowed:
         raise ConfigError(f"--dataset-name {dataset_name!r} is not one of {', '.join(DATASET_NAMES)}")
@@ -62,6 +69,12 @@ def load_samples(
         return sample_sharegpt(path, tokenizer, num_prompts, seed, **options)
     if dataset_name == "random":
         return sample_random(tokenizer, num_prompts, seed, **options)
+    if dataset_name == "trace":
+        if dataset_path is None:
+            raise DatasetError(
+                "--dataset-name trace needs --dataset-path pointing at an Azure, BurstGPT or JSONL trace"
+            )
+        return sample_trace(dataset_path, tokenizer, num_prompts, seed, **options)
     if dataset_path is None:
         raise DatasetError("--dataset-name custom needs --dataset-path pointing at a JSONL file")
     return sample_custom(dataset_path, tokenizer, num_prompts, **options)

@@ -20,6 +20,9 @@ class SampleRequest:
     """All turns of the source conversation (``{"from", "value"}``), for multi-turn replay."""
     request_id: str = ""
     """The source row's id, when it has one."""
+    arrival_s: float | None = None
+    """Trace replay: the intended send offset in seconds, already time-scaled, relative to the first
+    request of the window (which is at 0). ``None`` for datasets without timing."""
 
 
 class Tokenizer(Protocol):
