@@ -55,19 +55,3 @@ def add_options(parser: Any) -> None:
 def api_key(options: Any) -> str | None:
     return getattr(options, "api_key", "") or os.environ.get("OPENAI_API_KEY") or None
 
-
-def parse_think_time(spec: str) -> Any:
-    """``fixed:0.5`` or ``exp:2`` -> a callable for :attr:`LLMUser.think` (None for an empty spec)."""
-    if not spec:
-        return None
-    from llmload.arrivals import think_time
-    from llmload.errors import ConfigError
-
-    kind, sep, value = spec.partition(":")
-    try:
-        mean = float(value)
-    except ValueError:
-        mean = -1.0
-    if not sep or mean < 0:
-        raise ConfigError(f"--think-time: expected fixed:SECONDS or exp:MEAN_SECONDS, got {spec!r}")
-    return think_time(kind, mean)

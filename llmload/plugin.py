@@ -130,9 +130,10 @@ def configure_users(environment: Any) -> None:
     """Build the workload from the parsed options and hand it to every LLM user class."""
     global _workload_key
     from llmload._compat import import_transformers
+    from llmload.arrivals import parse_think_time
     from llmload.datasets import load_samples
     from llmload.errors import LLMLoadError
-    from llmload.options import api_key, parse_think_time
+    from llmload.options import api_key
     from llmload.tokenizer import load_tokenizer
     from llmload.users import LLMUser
     from llmload.workload import Workload

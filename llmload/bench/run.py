@@ -149,12 +149,11 @@ def run_bench(args: argparse.Namespace) -> int:
     import gevent
 
     from llmload._compat import import_transformers
-    from llmload.arrivals import validate_arrivals
+    from llmload.arrivals import parse_think_time, validate_arrivals
     from llmload.bench.health import HealthMonitor
     from llmload.bench.progress import Progress
     from llmload.datasets import load_samples
     from llmload.events import llm_events
-    from llmload.options import parse_think_time
     from llmload.simproc import SimProcess
     from llmload.summary import format_run_header
     from llmload.tokenizer import load_tokenizer
