@@ -161,7 +161,7 @@ def configure_users(environment: Any) -> None:
             cls.api_key = api_key(opts)
             cls.max_concurrency = opts.max_concurrency or None
     try:
-        think = parse_think_time(opts.think_time)
+        think = parse_think_time(opts.think_time) if opts.think_time else None
     except LLMLoadError as exc:
         sys.stderr.write(f"llmload: error: {exc}\n")
         environment.process_exit_code = 2
