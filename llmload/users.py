@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import orjson
 from gevent import GreenletExit
+from gevent import sleep as gevent_sleep
 from locust import FastHttpUser, task
 
 from llmload.backends import Backend, get_backend
@@ -28,6 +29,8 @@ from llmload.sse import DONE, parse_line
 from llmload.transport import HTTPError, Pool, Response
 
 TTFT_RULES = ("content", "vllm")
+#: events parsed between two yields to the event loop
+PARSE_SLICE = 32
 _ids = itertools.count(1)
 
 
@@ -285,6 +288,9 @@ class StreamReader:
         content_rule = self.content_rule
         user = self.user
         for i in range(max(first, self.done), len(lines)):
+            if not live and i and not i % PARSE_SLICE:
+                # after-the-stream parsing yields now and then, so it never holds up other streams' timestamps
+                gevent_sleep(0)
             t, line = lines[i]
             payload = parse_line(line)
             if payload is None or payload == DONE:
