@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "sim": "run the simulated OpenAI-compatible LLM engine (the default benchmark target)",
     "report": "report on one run: HTML with figures, headline table, automatic findings",
     "compare": "compare runs side by side: overlaid figures, table with relative differences, findings",
+    "ui": "Locust's web UI with the LLM tab (live TTFT/TPOT, tokens/s, rate steering); the simulator by default",
 }
 
 

@@ -6,6 +6,7 @@ from llmload.plugin import install
 from llmload.users import ChatUser, CompletionsUser, LLMUser
 
 install()
+__import__("llmload.webui", fromlist=["install"]).install()  # the LLM tab in the web UI
 
 
 class ShareGPTUser(LLMUser):

@@ -1,0 +1,312 @@
+"""The LLM tab in Locust's web UI shows live numbers that match the records, steers the load, works with
+workers, and keeps its routes behind --web-login; `llmload ui` starts and stops its simulator."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCUSTFILE = "locustfiles/sharegpt.py"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+#: set to refresh the screenshot committed for the README
+UPDATE_DOCS_ENV = "LLMLOAD_UPDATE_SCREENSHOT"
+
+
+def offline_env() -> dict[str, str]:
+    """No network for children: Hugging Face offline, no API key or LLMLOAD_* settings from the caller."""
+    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY" and not k.startswith("LLMLOAD_")}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1",
+               NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
+    return env
+
+
+def script(name: str) -> list[str]:
+    """The console script installed next to this interpreter, else ``python -m``."""
+    path = Path(sys.executable).with_name(name)
+    return [str(path)] if path.exists() else [sys.executable, "-m", "llmload.cli" if name == "llmload" else name]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def end(proc: subprocess.Popen) -> None:
+    """Stop a child we started, by its PID, then whatever is left of the session it leads (its workers)."""
+    if proc.poll() is None:
+        try:
+            os.kill(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=15)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if proc.poll() is None:
+        proc.wait(timeout=5)
+
+
+class Web:
+    """A running ``locust`` (or ``llmload ui``) with its web UI on 127.0.0.1."""
+
+    def __init__(self, proc: subprocess.Popen, url: str, log: Path) -> None:
+        self.proc, self.url, self.log = proc, url, log
+        self.http = httpx.Client(base_url=url, timeout=10.0, trust_env=False)
+
+    def stats(self, **params: object) -> dict:
+        resp = self.http.get("/llm/stats", params={"series": 0, **params})
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+    def wait_for(self, what: str, check: Callable[[dict], bool], timeout: float = 20.0, **params: object) -> dict:
+        deadline = time.monotonic() + timeout
+        data: dict = {}
+        while time.monotonic() < deadline:
+            data = self.stats(**params)
+            if check(data):
+                return data
+            time.sleep(0.25)
+        pytest.fail(f"waited {timeout} s for {what}; last /llm/stats: {json.dumps(data)[:1500]}\n{self.tail()}")
+
+    def tail(self) -> str:
+        return "--- log tail ---\n" + self.log.read_text(errors="replace")[-3000:]
+
+
+@pytest.fixture
+def start_web(tmp_path: Path) -> Iterator[Callable[..., Web]]:
+    """``start_web(argv_prefix, *args)``: run it with a web UI on a free port; ended by PID at teardown."""
+    procs: list[subprocess.Popen] = []
+
+    def start(prefix: list[str], *args: str, port_flag: str = "--web-port") -> Web:
+        port = free_port()
+        log = tmp_path / f"web{len(procs)}.log"
+        argv = [*prefix, *args, port_flag, str(port)]
+        if prefix == script("locust"):
+            argv += ["--web-host", "127.0.0.1"]
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    cwd=ROOT, env=offline_env(), start_new_session=True)
+        procs.append(proc)
+        web = Web(proc, f"http://127.0.0.1:{port}", log)
+        deadline = time.monotonic() + 40
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                pytest.fail(f"{argv} exited with {proc.returncode}\n{web.tail()}")
+            try:
+                web.http.get("/llm/stats")
+                return web
+            except httpx.TransportError:
+                time.sleep(0.2)
+        pytest.fail(f"web UI of {argv} did not come up\n{web.tail()}")
+
+    try:
+        yield start
+    finally:
+        for proc in procs:
+            end(proc)
+
+
+def locust_args(sim_url: str, *extra: str) -> list[str]:
+    return ["-f", LOCUSTFILE, "--host", sim_url, "--tokenizer", "builtin", "--num-prompts", "40",
+            "--max-tokens", "16", *extra]
+
+
+def close(a: float, b: float, rel: float) -> bool:
+    return abs(a - b) <= rel * max(abs(a), abs(b), 1e-9)
+
+
+def browser():
+    """A headless Chromium from Debian's package (never a downloaded one), or a skip saying what is missing."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("playwright is not installed (pip install playwright)")
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    return sync_playwright
+
+
+def test_llm_tab_in_browser(start_sim, start_web, tmp_path: Path) -> None:
+    sync_playwright = browser()
+    from llmload.metrics import METRIC_NAMES, compute_metrics
+    from llmload.records import RequestRecord
+
+    sim = start_sim("--ttft-ms", "30", "--itl-ms", "5")
+    web = start_web(script("locust"), *locust_args(sim.url))
+    with sync_playwright() as pw:
+        chrome = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = chrome.new_page(viewport={"width": 1400, "height": 1300}, accept_downloads=True)
+            page.goto(web.url + "/")
+            # the start form: users, ramp-up, and llmload's options (API key masked)
+            page.fill("input[name=userCount]", "4")
+            page.fill("input[name=spawnRate]", "4")
+            page.get_by_text("Custom parameters").click()
+            assert page.get_attribute("input[name=apiKey]", "type") == "password"
+            page.select_option("select[name=arrival]", "open")
+            page.fill("input[name=requestRate]", "4")
+            page.get_by_role("button", name="Start").click()
+            web.wait_for("the test to run", lambda d: d["state"] == "running" and d["users"] == 4)
+
+            page.get_by_role("tab", name="LLM").click()
+            page.wait_for_function(
+                "() => Number(document.getElementById('llm-tokens-per-s').dataset.value) > 0"
+                " && Number(document.getElementById('llm-r-ttft-p50').dataset.value) > 0", timeout=25000)
+            page.wait_for_timeout(4000)  # a few seconds of data for the charts and a steadier window
+            shown = page.evaluate(
+                "() => Object.fromEntries(['llm-tokens-per-s', 'llm-requests-per-s', 'llm-r-ttft-p50',"
+                " 'llm-r-tpot-p50', 'llm-w-ttft-p50'].map(id => [id, Number(document.getElementById(id)"
+                ".dataset.value)]))")
+            live = web.stats()
+            # what the page shows is what the route says (the page polls once a second)
+            assert shown["llm-r-ttft-p50"] >= 30.0
+            assert close(shown["llm-r-ttft-p50"], live["run"]["ttft_ms"]["p50"], 0.15), (shown, live["run"])
+            assert close(shown["llm-w-ttft-p50"], live["window"]["ttft_ms"]["p50"], 0.2), (shown, live["window"])
+            assert close(shown["llm-r-tpot-p50"], live["run"]["tpot_ms"]["p50"], 0.15)
+            assert close(shown["llm-tokens-per-s"], live["window"]["output_tokens_per_s"], 0.35), (shown, live)
+            assert live["arrival"] == "open" and live["request_rate"] == 4.0
+
+            # steer: 4 -> 16 requests/s from the tab; the 3-second window follows within seconds
+            before = web.stats(window=5)["window"]["requests_per_s"]
+            assert 1.5 <= before <= 7.0, before
+            page.fill("#llm-rate-input", "16")
+            page.click("#llm-rate-set")
+            steered = time.monotonic()
+            after = web.wait_for("the rate to rise", lambda d: d["window"]["requests_per_s"] >= 10.0,
+                                 timeout=12.0, window=3)
+            print(f"rate 4 -> 16 req/s: window requests/s {before:.1f} -> {after['window']['requests_per_s']:.1f}"
+                  f" after {time.monotonic() - steered:.1f} s")
+            assert after["request_rate"] == 16.0
+            page.wait_for_timeout(2500)  # the steered rate on the charts
+            page.screenshot(path=str(tmp_path / "llm-tab.png"), full_page=True)
+            if os.environ.get(UPDATE_DOCS_ENV):
+                shutil.copy(tmp_path / "llm-tab.png", ROOT / "docs" / "figures" / "llm-tab.png")
+
+            # goodput against an SLO entered in the tab
+            page.fill("#llm-slo-ttft", "5000")
+            page.click("#llm-slo-set")
+            web.wait_for("the SLO", lambda d: d["slos_ms"] == {"ttft": 5000.0})
+
+            page.get_by_role("button", name="Stop").click()
+            web.wait_for("the test to stop", lambda d: d["state"] == "stopped")
+            time.sleep(1.0)
+            with page.expect_download() as got:
+                page.click("#llm-download-records")
+            records_path = tmp_path / "records.jsonl"
+            got.value.save_as(records_path)
+            with page.expect_download() as got:
+                page.click("#llm-download-result")
+            result_path = tmp_path / "result.json"
+            got.value.save_as(result_path)
+        finally:
+            chrome.close()
+
+    final = web.stats()
+    raw = [json.loads(line) for line in records_path.read_text().splitlines() if line.strip()]
+    records = [RequestRecord.from_dict(r) for r in raw]
+    assert len(records) == final["run"]["requests"] > 20
+    done = [r for r in records if r.success and not r.cut_off]
+    duration = max(r.end for r in done) - min(r.start for r in records)
+    expect = compute_metrics(records, duration, goodput_slos={"ttft": 5000.0}, selected_percentiles=(50, 90, 99),
+                             selected_metrics=METRIC_NAMES).to_result_dict()
+    run = final["run"]
+    assert run["completed"] == expect["completed"]
+    assert run["duration_s"] == pytest.approx(expect["duration"], rel=1e-9)
+    assert run["requests_per_s"] == pytest.approx(expect["request_throughput"], rel=1e-9)
+    assert run["output_tokens_per_s"] == pytest.approx(expect["output_throughput"], rel=1e-9)
+    assert run["goodput_per_s"] == pytest.approx(expect["request_goodput"], rel=1e-9)
+    for name in METRIC_NAMES:
+        for p in ("50", "90", "99"):
+            want = expect[f"p{p}_{name}_ms"]
+            assert run[f"{name}_ms"][f"p{p}"] == pytest.approx(want, rel=1e-9, abs=1e-9), (name, p)
+    result = json.loads(result_path.read_text())
+    for key in ("completed", "request_throughput", "output_throughput", "request_goodput", "p99_ttft_ms",
+                "median_tpot_ms", "p99_itl_ms", "mean_e2el_ms"):
+        assert result[key] == pytest.approx(expect[key], rel=1e-9), key
+    assert result["goodput_slos_ms"] == {"ttft": 5000.0}
+
+
+def test_distributed_workers_feed_the_tab(start_sim, start_web) -> None:
+    sim = start_sim("--ttft-ms", "30", "--itl-ms", "20")
+    master = str(free_port())
+    web = start_web(script("locust"), *locust_args(sim.url, "--processes", "2", "--master-bind-port", master,
+                                                   "--master-port", master))
+    web.wait_for("two workers", lambda d: d["workers"] == 2)
+    # started like the form does (no -u on the command line): the rate is for the whole test
+    resp = web.http.post("/swarm", data={"user_count": "4", "spawn_rate": "4", "host": sim.url,
+                                         "arrival": "open", "request_rate": "6"})
+    assert resp.json()["success"], resp.text
+    seen_in_flight = 0
+
+    def steady(d: dict) -> bool:
+        nonlocal seen_in_flight
+        seen_in_flight = max(seen_in_flight, d["in_flight"])
+        return d["run"]["completed"] >= 30 and d["elapsed_s"] >= 8
+
+    live = web.wait_for("requests from the workers", steady, timeout=30, window=5)
+    assert live["distributed"] and live["users"] == 4
+    assert seen_in_flight > 0, "workers' in-flight reports never arrived"
+    assert 3.5 <= live["window"]["requests_per_s"] <= 9.0, live["window"]
+    assert live["window"]["ttft_ms"]["p50"] >= 30.0 and live["window"]["output_tokens_per_s"] > 0
+
+    resp = web.http.post("/llm/rate", json={"request_rate": 14})
+    assert resp.status_code == 200 and resp.json()["request_rate"] == 14.0
+    web.wait_for("workers to take the new rate", lambda d: d["window"]["requests_per_s"] >= 10.0,
+                 timeout=12, window=3)
+    web.http.post("/stop")
+    web.wait_for("the test to stop", lambda d: d["state"] == "stopped")
+    time.sleep(2.0)  # final batches
+    lines = web.http.get("/llm/records.jsonl").text.splitlines()
+    workers = {json.loads(line)["worker"] for line in lines}
+    assert workers == {"worker0", "worker1"}, workers
+    assert len(lines) == web.stats()["run"]["requests"]
+
+
+def test_routes_need_login_when_web_login_is_on(start_web) -> None:
+    web = start_web(script("locust"), "-f", LOCUSTFILE, "--host", "http://127.0.0.1:9", "--web-login",
+                    "--llm-web-credentials", "tester:s3cret")
+    for method, path in (("GET", "/llm/stats"), ("GET", "/llm/records.jsonl"), ("GET", "/llm/result.json"),
+                         ("POST", "/llm/rate")):
+        resp = web.http.request(method, path, json={"request_rate": 99} if method == "POST" else None)
+        assert resp.status_code == 401, (path, resp.status_code, resp.text[:300])
+        assert "request_rate" not in resp.text
+    assert web.http.get("/llm/stats", auth=("tester", "wrong")).status_code == 401
+    assert web.http.get("/").status_code == 302  # Locust's page sends you to its login form
+    ok = web.http.get("/llm/stats", auth=("tester", "s3cret"))
+    assert ok.status_code == 200 and ok.json()["request_rate"] == 1.0  # the refused POST changed nothing
+    # the login form (Locust's page posts to our callback) gives a session that opens the routes
+    browser_like = httpx.Client(base_url=web.url, trust_env=False)
+    resp = browser_like.post("/llm/login", data={"username": "tester", "password": "s3cret"})
+    assert resp.status_code == 302
+    assert browser_like.get("/llm/stats").status_code == 200
+
+
+def test_llmload_ui_starts_and_stops_the_simulator(start_web) -> None:
+    web = start_web(script("llmload"), "ui", "--sim-args", "--ttft-ms 5 --itl-ms 1", "--",
+                    "--num-prompts", "10", "--api-key", "sekrit-key-123", port_flag="--web-port")
+    host = web.stats()["host"]
+    assert host.startswith("http://127.0.0.1:")
+    assert httpx.get(host + "/v1/models", trust_env=False).status_code == 200
+    page = web.http.get("/")
+    assert b"/llm/static/tab.js" in page.content and '"key": "llm"' in page.text
+    assert '"is_secret": true' in page.text and "sekrit-key-123" not in page.text  # never echoed
+    os.kill(web.proc.pid, signal.SIGTERM)
+    web.proc.wait(timeout=20)
+    with pytest.raises(httpx.TransportError):
+        httpx.get(host + "/v1/models", trust_env=False, timeout=2)
