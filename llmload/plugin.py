@@ -70,6 +70,13 @@ def _on_init(environment: Any, **_: Any) -> None:
 
         _worker_runner = runner
 
+        def total_users(user_count: int, **_: Any) -> None:
+            # the master announces the test's total user count; open-loop users divide the rate by it
+            if environment.parsed_options is not None:
+                environment.parsed_options.num_users = user_count
+
+        environment.events.spawning_complete.add_listener(total_users)
+
         def ship_forever() -> None:
             while True:
                 gevent.sleep(1.0)

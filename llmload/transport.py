@@ -1,23 +1,32 @@
-"""A minimal HTTP/1.1 client for streaming responses, on (gevent-patched) sockets.
+"""A minimal HTTP/1.1 client for streaming responses, built for timestamp accuracy under load.
 
-Why not geventhttpclient's ``readline``: every line costs a Python-level parse loop inside the client, and
-a batching server delivers a burst of events at once, so per-event client work delays every later
-timestamp in the burst (DESIGN §8). Here each ``recv`` is timestamped the moment it returns, the chunked
-framing is undone with a few slice operations, and complete SSE lines are handed over with the timestamp
-of the read that completed them. Everything else (JSON, token counts) happens after the stream.
+Why not geventhttpclient's ``readline``, or even one gevent ``recv`` per stream: each costs a hub switch and
+Python work per event, and a batching server delivers a burst of events to every stream at once, so the
+client's per-event work delays every later timestamp in the burst (DESIGN §8). Here one :class:`Reactor`
+per process watches a single epoll set holding every stream's socket; when gevent's loop reports it ready,
+a callback reads every ready socket, timestamps each read the moment it returns, and undoes the framing with a few slice
+operations (:class:`ResponseParser`). Complete SSE lines carry the timestamp of the read that completed
+them. JSON, token counts and everything else happen after the stream, in the request's own greenlet.
+
+Without epoll (not Linux) each request reads its own socket with the same parser.
 """
 
 from __future__ import annotations
 
+import os
+import select
 import socket
 import ssl
 from collections.abc import Callable
 from time import perf_counter
+from typing import Any
 from urllib.parse import urlsplit
 
 from llmload.errors import ConfigError
 
-RECV_SIZE = 262144
+#: below glibc's mmap threshold (128 KiB): a larger read buffer costs an mmap + munmap per read (~30 µs)
+RECV_SIZE = 65536
+OnLines = Callable[["Response", int], None] | None
 
 
 class HTTPError(Exception):
@@ -31,27 +40,8 @@ class HTTPError(Exception):
         self.response = response
 
 
-class Connection:
-    __slots__ = ("buf", "deadline", "sock", "timed_out", "timeout")
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        #: bytes received past the end of the previous response
-        self.buf = b""
-        #: when the watchdog gives up on this connection if no data arrives (0: idle)
-        self.deadline = 0.0
-        self.timed_out = False
-        self.timeout = 600.0
-
-    def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
-
-
 class Response:
-    """Status, headers, and the body as (timestamp, line) pairs or raw bytes."""
+    """Status, headers, and the body as (timestamp, line) pairs plus raw bytes."""
 
     __slots__ = ("body", "header_time", "headers", "lines", "reusable", "status")
 
@@ -63,6 +53,309 @@ class Response:
         self.lines: list[tuple[float, bytes]] = []
         self.body = b""
         self.reusable = False
+
+
+class ResponseParser:
+    """Push parser for one response: :meth:`feed` bytes as they arrive, with the time they arrived."""
+
+    __slots__ = ("_body", "_mode", "_pending", "_raw", "_remaining", "done", "keep_alive", "leftover",
+                 "on_lines", "resp")
+
+    def __init__(self, on_lines: OnLines = None) -> None:
+        self.resp = Response()
+        self.on_lines = on_lines
+        self._mode = "head"
+        self._raw = b""
+        self._pending = b""
+        self._body: list[bytes] = []
+        self._remaining = 0
+        self.done = False
+        self.keep_alive = False
+        #: bytes received past the end of this response
+        self.leftover = b""
+
+    def feed(self, data: bytes, t: float) -> bool:
+        """Take the next bytes; returns True once the response is complete."""
+        raw = self._raw + data if self._raw else data
+        self._raw = b""
+        if self._mode == "head":
+            end = raw.find(b"\r\n\r\n")
+            if end < 0:
+                if len(raw) > 1 << 20:
+                    raise HTTPError("response headers larger than 1 MiB", self.resp)
+                self._raw = raw
+                return False
+            self._parse_head(raw[:end], t)
+            raw = raw[end + 4 :]
+        if self._mode == "chunked":
+            return self._feed_chunked(raw, t)
+        if self._mode == "length":
+            take = raw[: self._remaining]
+            self._body.append(take)
+            self._remaining -= len(take)
+            if self._remaining == 0:
+                self.leftover = raw[len(take) :]
+                body = b"".join(self._body)
+                self.resp.body = body
+                self._lines(body + b"\n", t)
+                return self._finish()
+            return False
+        # until close
+        if raw:
+            self._body.append(raw)
+            self._lines(raw, t)
+        return False
+
+    def eof(self, t: float) -> None:
+        """The server closed the connection: fine for a body that runs to the close, else an error."""
+        if self._mode == "close":
+            if self._pending:
+                self._lines(b"\n", t)
+            self.resp.body = b"".join(self._body)
+            self._finish()
+            return
+        if self._pending:
+            self._lines(b"\n", t)
+        self.resp.body = b"".join(self._body)
+        if self._mode == "head":
+            raise HTTPError("connection closed before the response" if not self._raw else
+                            "connection closed before the response headers", self.resp)
+        raise HTTPError(f"connection closed mid-stream after {len(self.resp.lines)} lines", self.resp)
+
+    def _finish(self) -> bool:
+        self.done = True
+        self.resp.reusable = self.keep_alive
+        return True
+
+    def _parse_head(self, head: bytes, t: float) -> None:
+        resp = self.resp
+        resp.header_time = t
+        lines = head.decode("latin-1").split("\r\n")
+        try:
+            version, status = lines[0].split(" ", 2)[:2]
+            resp.status = int(status)
+        except ValueError:
+            raise HTTPError(f"malformed status line: {lines[0][:80]!r}", resp) from None
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            resp.headers[name.strip().lower()] = value.strip()
+        self.keep_alive = resp.headers.get("connection", "").lower() != "close" and version == "HTTP/1.1"
+        if "chunked" in resp.headers.get("transfer-encoding", "").lower():
+            self._mode = "chunked"
+        elif "content-length" in resp.headers:
+            try:
+                self._remaining = int(resp.headers["content-length"])
+            except ValueError:
+                raise HTTPError(f"bad Content-Length: {resp.headers['content-length']!r}", resp) from None
+            self._mode = "length"
+        else:
+            self._mode = "close"
+            self.keep_alive = False
+
+    def _lines(self, data: bytes, t: float) -> None:
+        """Append the complete lines in ``pending + data`` with time ``t``; keep the incomplete tail."""
+        if self._pending:
+            data = self._pending + data
+        lines = self.resp.lines
+        first = len(lines)
+        start = 0
+        find = data.find
+        while True:
+            i = find(b"\n", start)
+            if i < 0:
+                break
+            if i > start + 1 or (i > start and data[start] != 13):
+                lines.append((t, data[start:i]))
+            start = i + 1
+        self._pending = data[start:]
+        if self.on_lines is not None and len(lines) > first:
+            self.on_lines(self.resp, first)
+
+    def _feed_chunked(self, raw: bytes, t: float) -> bool:
+        pos = 0
+        decoded: list[bytes] = []
+        while True:
+            i = raw.find(b"\r\n", pos)
+            if i < 0:
+                break
+            try:
+                size = int(raw[pos:i].split(b";", 1)[0], 16)
+            except ValueError:
+                raise HTTPError(f"malformed chunk size line: {raw[pos:i][:40]!r}", self.resp) from None
+            if size == 0:
+                # the last chunk, then optional trailers and an empty line
+                j = i + 2 if raw[i + 2 : i + 4] == b"\r\n" else raw.find(b"\r\n\r\n", i + 2)
+                if j < 0 or len(raw) < j + 2:
+                    break
+                if j != i + 2:
+                    j += 2
+                if decoded:
+                    self._decoded(b"".join(decoded), t)
+                if self._pending:
+                    self._lines(b"\n", t)
+                self.resp.body = b"".join(self._body)
+                self.leftover = raw[j + 2 :]
+                return self._finish()
+            end = i + 2 + size
+            if len(raw) < end + 2:
+                break
+            decoded.append(raw[i + 2 : end])
+            pos = end + 2
+        if decoded:
+            self._decoded(b"".join(decoded), t)
+        self._raw = raw[pos:]
+        return False
+
+    def _decoded(self, chunk: bytes, t: float) -> None:
+        self._body.append(chunk)
+        self._lines(chunk, t)
+
+
+class Connection:
+    __slots__ = ("buf", "deadline", "sock", "timed_out", "timeout")
+
+    def __init__(self, sock: socket.socket, timeout: float) -> None:
+        self.sock = sock
+        #: bytes received past the end of the previous response
+        self.buf = b""
+        #: when the watchdog gives up on this connection if no data arrives (0: idle)
+        self.deadline = 0.0
+        self.timed_out = False
+        self.timeout = timeout
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class _Waiting:
+    """A request the reactor reads for; the request's greenlet sleeps on ``result``."""
+
+    __slots__ = ("conn", "parser", "result")
+
+    def __init__(self, conn: Connection, parser: ResponseParser, result: Any) -> None:
+        self.conn = conn
+        self.parser = parser
+        self.result = result
+
+
+class Reactor:
+    """Reads every stream socket of this process from a single epoll set, in a callback of gevent's loop."""
+
+    def __init__(self) -> None:
+        try:
+            from gevent.monkey import get_original
+
+            epoll = get_original("select", "epoll")
+        except (ImportError, AttributeError):
+            epoll = getattr(select, "epoll", None)
+        if epoll is None:
+            raise OSError("no epoll")
+        import gevent
+
+        self._gevent = gevent
+        self.ep = epoll()
+        self.waiting: dict[int, _Waiting] = {}
+        self._watcher = gevent.get_hub().loop.io(self.ep.fileno(), 1)
+        self._watchdog: Any = None
+
+    def read(self, conn: Connection, parser: ResponseParser) -> None:
+        """Block the calling greenlet until ``parser`` has a complete response from ``conn``."""
+        from gevent.event import AsyncResult
+
+        fd = conn.sock.fileno()
+        result = AsyncResult()
+        self.waiting[fd] = _Waiting(conn, parser, result)
+        conn.deadline = perf_counter() + conn.timeout
+        self.ep.register(fd, select.EPOLLIN | select.EPOLLRDHUP)
+        if not self._watcher.active:
+            self._watcher.start(self._on_ready)
+        if self._watchdog is None:
+            self._watchdog = self._gevent.spawn(self._watch)
+        try:
+            result.get()
+        finally:
+            self._detach(fd)
+
+    def _on_ready(self) -> None:
+        """Runs in the hub (no greenlet switch) whenever the epoll set has ready sockets: read them all.
+
+        Everything here is non-blocking; live ``on_lines`` listeners run here too and must not block.
+        """
+        waiting = self.waiting
+        read = os.read
+        for fd, _ev in self.ep.poll(0):
+            w = waiting.get(fd)
+            if w is None:
+                continue
+            try:
+                data = read(fd, RECV_SIZE)
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                self._fail(fd, w, HTTPError(
+                    f"{type(exc).__name__}: {exc} after {len(w.parser.resp.lines)} lines", w.parser.resp))
+                continue
+            t = perf_counter()
+            w.conn.deadline = t + w.conn.timeout
+            try:
+                if not data:
+                    w.parser.eof(t)
+                    self._complete(fd, w)
+                elif w.parser.feed(data, t):
+                    self._complete(fd, w)
+            except HTTPError as exc:
+                self._fail(fd, w, exc)
+            except Exception as exc:  # a live listener's bug fails its own request, never the reactor
+                self._fail(fd, w, HTTPError(f"{type(exc).__name__} in a stream listener: {exc}", w.parser.resp))
+        if not waiting:
+            self._watcher.stop()
+
+    def _complete(self, fd: int, w: _Waiting) -> None:
+        self._detach(fd)
+        w.result.set(None)
+
+    def _fail(self, fd: int, w: _Waiting, exc: BaseException) -> None:
+        self._detach(fd)
+        w.result.set_exception(exc)
+
+    def _detach(self, fd: int) -> None:
+        if self.waiting.pop(fd, None) is not None:
+            try:
+                self.ep.unregister(fd)
+            except (OSError, ValueError):
+                pass
+
+    def _watch(self) -> None:
+        """Fail requests that received nothing for their read timeout (one check a second for all)."""
+        try:
+            while self.waiting:
+                self._gevent.sleep(1.0)
+                now = perf_counter()
+                for fd, w in list(self.waiting.items()):
+                    if w.conn.deadline and now > w.conn.deadline:
+                        w.conn.timed_out = True
+                        self._fail(fd, w, HTTPError(
+                            f"timed out: no data for {w.conn.timeout:g} s after {len(w.parser.resp.lines)} lines",
+                            w.parser.resp))
+        finally:
+            self._watchdog = None
+
+
+_reactor: Reactor | None = None
+_no_reactor = False
+
+
+def _get_reactor() -> Reactor | None:
+    global _reactor, _no_reactor
+    if _reactor is None and not _no_reactor:
+        try:
+            _reactor = Reactor()
+        except OSError:
+            _no_reactor = True
+    return _reactor
 
 
 class Pool:
@@ -80,26 +373,7 @@ class Pool:
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
         self._idle: list[Connection] = []
-        self._busy: set[Connection] = set()
-        self._watchdog: object | None = None
         self._ssl = ssl.create_default_context() if self.tls else None
-
-    def _watch(self) -> None:
-        """Close connections that received nothing for ``read_timeout`` (one check a second for all of
-        them: a per-recv socket timeout costs a timer per read, on the hot path)."""
-        import gevent
-
-        while self._busy:
-            gevent.sleep(min(1.0, self.read_timeout / 4))
-            now = perf_counter()
-            for conn in list(self._busy):
-                if conn.deadline and now > conn.deadline:
-                    conn.timed_out = True
-                    try:
-                        conn.sock.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
-        self._watchdog = None
 
     def _connect(self) -> Connection:
         sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
@@ -107,217 +381,78 @@ class Pool:
         if self._ssl is not None:
             sock = self._ssl.wrap_socket(sock, server_hostname=self.host)
         sock.settimeout(None)
-        conn = Connection(sock)
-        conn.timeout = self.read_timeout
-        return conn
+        return Connection(sock, self.read_timeout)
 
     def close(self) -> None:
         while self._idle:
             self._idle.pop().close()
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        headers: dict[str, str],
-        body: bytes,
-        on_lines: Callable[[Response, int], None] | None = None,
-    ) -> Response:
-        """Send one request; read the whole response. ``on_lines(response, first_new_index)`` is called after
+    def request(self, method: str, path: str, headers: dict[str, str], body: bytes, on_lines: OnLines = None) -> Response:
+        """Send one request and read the whole response. ``on_lines(response, first_new_index)`` is called after
         each read that completed lines (live listeners); otherwise lines are only collected."""
         head = [f"{method} {self.prefix}{path} HTTP/1.1", f"Host: {self.host_header}", f"Content-Length: {len(body)}"]
         head.extend(f"{k}: {v}" for k, v in headers.items())
         data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
         reused = bool(self._idle)
         conn = self._idle.pop() if reused else self._connect()
-        self._busy.add(conn)
-        if self._watchdog is None:
-            import gevent
-
-            self._watchdog = gevent.spawn(self._watch)
         try:
             try:
-                conn.sock.sendall(data)
-                resp = _read_response(conn, on_lines)
+                parser = self._exchange(conn, data, on_lines)
             except (HTTPError, OSError) as exc:
                 if not reused or not _is_stale(exc):
                     raise
                 # the server closed an idle keep-alive connection: retry once on a fresh one
                 conn.close()
-                self._busy.discard(conn)
                 conn = self._connect()
-                self._busy.add(conn)
-                conn.sock.sendall(data)
-                resp = _read_response(conn, on_lines)
+                parser = self._exchange(conn, data, on_lines)
         except BaseException as exc:
             conn.close()
-            self._busy.discard(conn)
-            if conn.timed_out and isinstance(exc, HTTPError):
-                raise HTTPError(f"timed out: no data for {self.read_timeout:g} s ({exc})", exc.response) from None
+            if isinstance(exc, OSError) and not isinstance(exc, HTTPError):
+                what = "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
+                raise HTTPError(what, None) from exc
             raise
-        self._busy.discard(conn)
         conn.deadline = 0.0
-        if resp.reusable:
+        conn.buf = parser.leftover
+        if parser.resp.reusable:
             self._idle.append(conn)
         else:
             conn.close()
-        return resp
+        return parser.resp
+
+    def _exchange(self, conn: Connection, data: bytes, on_lines: OnLines) -> ResponseParser:
+        conn.sock.sendall(data)
+        parser = ResponseParser(on_lines)
+        if conn.buf:
+            buffered, conn.buf = conn.buf, b""
+            if parser.feed(buffered, perf_counter()):
+                return parser
+        reactor = _get_reactor() if self._ssl is None else None
+        if reactor is not None:
+            reactor.read(conn, parser)
+            return parser
+        # TLS (the record layer needs the ssl object's own reads) or no epoll: read this socket directly
+        recv = conn.sock.recv
+        conn.sock.settimeout(conn.timeout)
+        try:
+            while True:
+                chunk = recv(RECV_SIZE)
+                t = perf_counter()
+                if not chunk:
+                    parser.eof(t)
+                    return parser
+                if parser.feed(chunk, t):
+                    return parser
+        except TimeoutError:
+            raise HTTPError(f"timed out: no data for {conn.timeout:g} s after {len(parser.resp.lines)} lines",
+                            parser.resp) from None
+        except OSError as exc:
+            raise HTTPError(f"{type(exc).__name__}: {exc} after {len(parser.resp.lines)} lines", parser.resp) from exc
+        finally:
+            conn.sock.settimeout(None)
 
 
 def _is_stale(exc: BaseException) -> bool:
-    return isinstance(exc, (ConnectionResetError, BrokenPipeError)) or (
-        isinstance(exc, HTTPError) and "before the response" in str(exc)
-    )
-
-
-def _read_response(conn: Connection, on_lines: Callable[[Response, int], None] | None) -> Response:
-    sock = conn.sock
-    buf = conn.buf
-    conn.buf = b""
-    conn.deadline = perf_counter() + conn.timeout
-    while True:
-        end = buf.find(b"\r\n\r\n")
-        if end >= 0:
-            break
-        data = sock.recv(RECV_SIZE)
-        conn.deadline = perf_counter() + conn.timeout
-        if not data:
-            raise HTTPError("connection closed before the response headers" if buf else
-                            "connection closed before the response")
-        buf += data
-        if len(buf) > 1 << 20:
-            raise HTTPError("response headers larger than 1 MiB")
-    resp = Response()
-    resp.header_time = perf_counter()
-    lines = buf[:end].decode("latin-1").split("\r\n")
-    try:
-        version, status = lines[0].split(" ", 2)[:2]
-        resp.status = int(status)
-    except ValueError:
-        raise HTTPError(f"malformed status line: {lines[0][:80]!r}") from None
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        resp.headers[name.strip().lower()] = value.strip()
-    rest = buf[end + 4 :]
-    try:
-        _read_body(conn, rest, resp, version, on_lines)
-    except HTTPError as exc:
-        exc.response = resp
-        raise
-    except OSError as exc:
-        what = "timed out waiting for data" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
-        raise HTTPError(f"{what} after {len(resp.lines)} lines", resp) from exc
-    return resp
-
-
-def _read_body(
-    conn: Connection, rest: bytes, resp: Response, version: str, on_lines: Callable[[Response, int], None] | None
-) -> None:
-    sock = conn.sock
-    keep_alive = resp.headers.get("connection", "").lower() != "close" and version == "HTTP/1.1"
-    if "chunked" in resp.headers.get("transfer-encoding", "").lower():
-        conn.buf = _read_chunked(conn, rest, resp, on_lines, resp.header_time)
-        resp.reusable = keep_alive
-    elif "content-length" in resp.headers:
-        length = int(resp.headers["content-length"])
-        body = rest
-        while len(body) < length:
-            data = sock.recv(RECV_SIZE)
-            conn.deadline = perf_counter() + conn.timeout
-            if not data:
-                raise HTTPError(f"connection closed after {len(body)} of {length} body bytes")
-            body += data
-        conn.buf = body[length:]
-        resp.body = body[:length]
-        _split_lines(resp, resp.body + b"\n", perf_counter(), b"", on_lines)
-        resp.reusable = keep_alive
-    else:
-        pending = _split_lines(resp, rest, resp.header_time, b"", on_lines) if rest else b""
-        parts = [rest]
-        while True:
-            data = sock.recv(RECV_SIZE)
-            t = perf_counter()
-            conn.deadline = t + conn.timeout
-            if not data:
-                break
-            parts.append(data)
-            pending = _split_lines(resp, data, t, pending, on_lines)
-        if pending:
-            _split_lines(resp, b"\n", perf_counter(), pending, on_lines)
-        resp.body = b"".join(parts)
-
-
-def _split_lines(
-    resp: Response, data: bytes, t: float, pending: bytes, on_lines: Callable[[Response, int], None] | None
-) -> bytes:
-    """Append the complete lines in ``pending + data`` with time ``t``; return the incomplete tail."""
-    if pending:
-        data = pending + data
-    lines = resp.lines
-    first = len(lines)
-    start = 0
-    find = data.find
-    while True:
-        i = find(b"\n", start)
-        if i < 0:
-            break
-        if i > start + 1 or (i > start and data[start] != 13):
-            lines.append((t, data[start:i]))
-        start = i + 1
-    if on_lines is not None and len(lines) > first:
-        on_lines(resp, first)
-    return data[start:]
-
-
-def _read_chunked(
-    conn: Connection, raw: bytes, resp: Response, on_lines: Callable[[Response, int], None] | None, t: float
-) -> bytes:
-    """Undo chunked framing as bytes arrive; returns bytes that follow the message."""
-    recv = conn.sock.recv
-    timeout = conn.timeout
-    pending = b""
-    body: list[bytes] = []
-    pos = 0
-    while True:
-        # decode every complete chunk in raw[pos:]
-        decoded: list[bytes] = []
-        while True:
-            i = raw.find(b"\r\n", pos)
-            if i < 0:
-                break
-            try:
-                size = int(raw[pos:i].split(b";", 1)[0], 16)
-            except ValueError:
-                raise HTTPError(f"malformed chunk size line: {raw[pos:i][:40]!r}") from None
-            if size == 0:
-                # last chunk, then optional trailers and an empty line
-                j = raw.find(b"\r\n", i + 2) if raw[i + 2 : i + 4] != b"\r\n" else i + 2
-                if j < 0:
-                    break
-                if decoded:
-                    chunk = b"".join(decoded)
-                    body.append(chunk)
-                    pending = _split_lines(resp, chunk, t, pending, on_lines)
-                if pending:
-                    _split_lines(resp, b"\n", t, pending, on_lines)
-                resp.body = b"".join(body)
-                return raw[j + 2 :]
-            if len(raw) < i + 2 + size + 2:
-                break
-            decoded.append(raw[i + 2 : i + 2 + size])
-            pos = i + 2 + size + 2
-        if decoded:
-            chunk = b"".join(decoded)
-            body.append(chunk)
-            pending = _split_lines(resp, chunk, t, pending, on_lines)
-        raw = raw[pos:]
-        pos = 0
-        data = recv(RECV_SIZE)
-        t = perf_counter()
-        conn.deadline = t + timeout
-        if not data:
-            if pending:
-                _split_lines(resp, b"\n", t, pending, on_lines)
-            resp.body = b"".join(body)
-            raise HTTPError(f"connection closed mid-stream after {len(resp.lines)} lines")
-        raw += data
+    """A reused keep-alive connection the server had already closed: nothing of the response arrived."""
+    if isinstance(exc, (ConnectionResetError, BrokenPipeError)):
+        return True
+    return isinstance(exc, HTTPError) and str(exc) == "connection closed before the response"

@@ -155,7 +155,7 @@ class SimServer:
             self._flush(conn)
         if events & (select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLHUP | select.EPOLLERR):
             try:
-                data = conn.sock.recv(262144)
+                data = conn.sock.recv(65536)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
