@@ -53,12 +53,14 @@ def run_level(concurrency: int, rounds: int, workdir: Path, sim_core: int, clien
     finally:
         sim.stop()
     result = json.loads((out / "result.json").read_text())
-    records = [json.loads(line) for line in open(out / "result.records.jsonl")]
+    with open(out / "result.records.jsonl") as f:
+        records = [json.loads(line) for line in f]
     server = {}
-    for line in open(trace):
-        entry = json.loads(line)
-        if entry["client_id"]:
-            server[entry["client_id"]] = entry
+    with open(trace) as f:
+        for line in f:
+            entry = json.loads(line)
+            if entry["client_id"]:
+                server[entry["client_id"]] = entry
     c_ttft, c_itl, s_ttft, s_itl, d_ttft, d_itl = [], [], [], [], [], []
     for r in records:
         s = server.get(r["request_id"])
