@@ -201,8 +201,11 @@ class ChildRun:
     result_dir: Path
 
     def describe(self, tail: int = 3000) -> str:
-        return (f"$ {' '.join(self.argv)}\nexit code {self.returncode}\n--- stdout (tail) ---\n"
-                f"{self.stdout[-tail:]}\n--- stderr (tail) ---\n{self.stderr[-tail:]}")
+        def clip(text: str) -> str:
+            return text if len(text) <= 2 * tail else f"{text[:tail]}\n[...]\n{text[-tail:]}"
+
+        return (f"$ {' '.join(self.argv)}\nexit code {self.returncode}\n--- stdout ---\n{clip(self.stdout)}\n"
+                f"--- stderr ---\n{clip(self.stderr)}")
 
     def result_path(self) -> Path:
         """The one result JSON in ``result_dir``."""
@@ -268,6 +271,11 @@ class ChildRunner:
             args = (*args, "--result-dir", str(result_dir))
         return self.run([*llmload_command(), "bench", *args], env=offline_env(env_extra), timeout=timeout,
                         result_dir=result_dir)
+
+    def locust(self, *args: str, env_extra: dict[str, str] | None = None, timeout: float = 60.0) -> ChildRun:
+        """``locust ARGS`` offline, run from the repository root (so ``-f locustfiles/...`` resolves)."""
+        return self.run([*locust_command(), *(str(a) for a in args)], env=offline_env(env_extra), timeout=timeout,
+                        cwd=Path(__file__).resolve().parents[1])
 
     def close(self) -> None:
         for proc in list(self.live):
