@@ -65,6 +65,17 @@ def _on_init(environment: Any, **_: Any) -> None:
             sys.exit(2)
         shape.runner = runner
         environment.shape_class = shape
+    from locust.runners import LocalRunner
+
+    if isinstance(runner, LocalRunner):
+        # build the workload before Locust starts its run timer (-t), not inside the timed run
+        from llmload.errors import LLMLoadError
+
+        try:
+            configure_users(environment)
+        except LLMLoadError as exc:
+            sys.stderr.write(f"llmload: error: {exc}\n")
+            sys.exit(exc.exit_code)
     if isinstance(runner, WorkerRunner):
         import gevent
 
@@ -134,7 +145,8 @@ def _is_master(environment: Any) -> bool:
 
 
 def configure_users(environment: Any) -> None:
-    """Build the workload from the parsed options and hand it to every LLM user class."""
+    """Build the workload from the parsed options and hand it to every LLM user class (once per set of
+    options). Raises :class:`~llmload.errors.LLMLoadError` with a one-line message."""
     global _workload_key
     from llmload._compat import import_transformers
     from llmload.arrivals import parse_think_time
@@ -142,6 +154,8 @@ def configure_users(environment: Any) -> None:
     from llmload.errors import LLMLoadError
     from llmload.options import api_key
     from llmload.tokenizer import load_tokenizer
+
+    # raises LLMLoadError (one line) for bad options, datasets or tokenizers
     from llmload.users import LLMUser
     from llmload.workload import Workload
 
@@ -167,37 +181,23 @@ def configure_users(environment: Any) -> None:
             cls.ttft_rule = opts.ttft_rule
             cls.api_key = api_key(opts)
             cls.max_concurrency = opts.max_concurrency or None
-    try:
-        think = parse_think_time(opts.think_time) if opts.think_time else None
-    except LLMLoadError as exc:
-        sys.stderr.write(f"llmload: error: {exc}\n")
-        environment.process_exit_code = 2
-        if environment.runner is not None:
-            environment.runner.quit()
-        return
+    think = parse_think_time(opts.think_time) if opts.think_time else None
     for cls in environment.user_classes:
         if issubclass(cls, LLMUser):
             cls.think = staticmethod(think) if think is not None else None
     if key == _workload_key:
         return
-    try:
-        import_transformers()
-        tokenizer = load_tokenizer(tokenizer_id)
-        options: dict[str, Any] = {}
-        if opts.dataset_name == "sharegpt" and opts.max_tokens:
-            options["fixed_output_len"] = opts.max_tokens
-        elif opts.dataset_name == "random" and opts.max_tokens:
-            options["output_len"] = opts.max_tokens
-        elif opts.dataset_name == "custom":
-            options["default_output_len"] = opts.max_tokens or 256
-        samples = load_samples(opts.dataset_name, opts.dataset_path or None, tokenizer, opts.num_prompts, opts.seed,
-                               **options)
-    except LLMLoadError as exc:
-        sys.stderr.write(f"llmload: error: {exc}\n")
-        environment.process_exit_code = 1
-        if environment.runner is not None:
-            environment.runner.quit()
-        return
+    import_transformers()
+    tokenizer = load_tokenizer(tokenizer_id)
+    options: dict[str, Any] = {}
+    if opts.dataset_name == "sharegpt" and opts.max_tokens:
+        options["fixed_output_len"] = opts.max_tokens
+    elif opts.dataset_name == "random" and opts.max_tokens:
+        options["output_len"] = opts.max_tokens
+    elif opts.dataset_name == "custom":
+        options["default_output_len"] = opts.max_tokens or 256
+    samples = load_samples(opts.dataset_name, opts.dataset_path or None, tokenizer, opts.num_prompts, opts.seed,
+                           **options)
     index = getattr(environment.runner, "worker_index", 0) or 0
     count = getattr(environment.runner, "worker_count", 1) or 1
     workload = Workload(samples, index, count)
@@ -208,8 +208,18 @@ def configure_users(environment: Any) -> None:
 
 
 def _on_test_start(environment: Any, **_: Any) -> None:
-    if not _is_master(environment):
+    """Options may have changed in the web UI's start form, and workers only now have the master's options."""
+    from llmload.errors import LLMLoadError
+
+    if _is_master(environment):
+        return
+    try:
         configure_users(environment)
+    except LLMLoadError as exc:
+        sys.stderr.write(f"llmload: error: {exc}\n")
+        environment.process_exit_code = exc.exit_code
+        if environment.runner is not None:
+            environment.runner.quit()
 
 
 def _on_quitting(environment: Any, **_: Any) -> None:

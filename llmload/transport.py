@@ -387,9 +387,12 @@ class Pool:
         while self._idle:
             self._idle.pop().close()
 
-    def request(self, method: str, path: str, headers: dict[str, str], body: bytes, on_lines: OnLines = None) -> Response:
+    def request(self, method: str, path: str, headers: dict[str, str], body: bytes, on_lines: OnLines = None,
+                before_send: Callable[[], None] | None = None) -> Response:
         """Send one request and read the whole response. ``on_lines(response, first_new_index)`` is called after
-        each read that completed lines (live listeners); otherwise lines are only collected."""
+        each read that completed lines (live listeners); otherwise lines are only collected.
+        ``before_send()`` runs once a connection is in hand, immediately before the bytes go out (the ``st``
+        of DESIGN §3: connection set-up is not part of TTFT)."""
         head = [f"{method} {self.prefix}{path} HTTP/1.1", f"Host: {self.host_header}", f"Content-Length: {len(body)}"]
         head.extend(f"{k}: {v}" for k, v in headers.items())
         data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
@@ -397,14 +400,14 @@ class Pool:
         conn = self._idle.pop() if reused else self._connect()
         try:
             try:
-                parser = self._exchange(conn, data, on_lines)
+                parser = self._exchange(conn, data, on_lines, before_send)
             except (HTTPError, OSError) as exc:
                 if not reused or not _is_stale(exc):
                     raise
                 # the server closed an idle keep-alive connection: retry once on a fresh one
                 conn.close()
                 conn = self._connect()
-                parser = self._exchange(conn, data, on_lines)
+                parser = self._exchange(conn, data, on_lines, before_send)
         except BaseException as exc:
             conn.close()
             if isinstance(exc, OSError) and not isinstance(exc, HTTPError):
@@ -419,7 +422,10 @@ class Pool:
             conn.close()
         return parser.resp
 
-    def _exchange(self, conn: Connection, data: bytes, on_lines: OnLines) -> ResponseParser:
+    def _exchange(self, conn: Connection, data: bytes, on_lines: OnLines,
+                  before_send: Callable[[], None] | None = None) -> ResponseParser:
+        if before_send is not None:
+            before_send()
         conn.sock.sendall(data)
         parser = ResponseParser(on_lines)
         if conn.buf:

@@ -191,10 +191,14 @@ class LLMUser(FastHttpUser):
         # live parsing only when someone listens to the token hooks; else parse once after the stream
         live = reader.on_lines if (llm_events.first_token._handlers or llm_events.token._handlers) else None
         exception: Exception | None = None
-        record.start = perf_counter()
+        record.start = perf_counter()  # replaced by the moment the bytes go out, once a connection is open
+
+        def sending() -> None:
+            record.start = perf_counter()
+
         in_flight.count += 1
         try:
-            resp = self._pool.request("POST", self._path, headers, payload, live)
+            resp = self._pool.request("POST", self._path, headers, payload, live, sending)
         except (HTTPError, OSError) as exc:
             partial = getattr(exc, "response", None)
             if partial is not None and live is None and partial.status == 200 and streaming:

@@ -47,6 +47,8 @@ class HealthMonitor:
             self.cpu_percent.append(self._process.cpu_percent(None))
 
     def report(self, schedule_lags_s: list[float] | None = None) -> dict[str, Any]:
+        if not self.cpu_percent:  # a run shorter than one sampling interval
+            self.cpu_percent.append(self._process.cpu_percent(None))
         lags = np.asarray(self.loop_lags_s) * 1000.0
         cpu = np.asarray(self.cpu_percent)
         sched = np.asarray(schedule_lags_s or [0.0]) * 1000.0
