@@ -152,6 +152,8 @@ class BenchMaster:
         self.on_record = on_record
         self.workers: dict[str, WorkerState] = {}
         self.records: dict[int, RequestRecord] = {}
+        #: requests re-assigned from a dead worker: sent late on purpose, so not counted as client lag
+        self.reassigned: set[int] = set()
         self._my_clock = clock_offset()
         runner.register_message("llm_records", self._on_records)
         runner.register_message("llm_done", self._on_done)
@@ -241,6 +243,7 @@ class BenchMaster:
                     for k, s in enumerate(survivors):
                         part = todo[k :: len(survivors)]
                         if part:
+                            self.reassigned.update(part)
                             s.assigned.update(part)
                             s.done = False
                             self._send_job(s, part, run_config, samples, offsets, start_wall, None)
@@ -251,7 +254,8 @@ class BenchMaster:
         lost = sum(len(s.dispatched - set(i for i, r in self.records.items() if r.worker == f"worker{s.index}"))
                    for s in self.workers.values() if s.lost)
         records = [self.records[i] for i in sorted(self.records)]
-        lags = [lag for r in records if (lag := r.schedule_lag) is not None]
+        lags = [lag for i, r in sorted(self.records.items())
+                if i not in self.reassigned and (lag := r.schedule_lag) is not None]
         unsent = len(samples) - len(records) - lost
         return MasterResult(records, start, end, list(self.workers.values()), lost, max(0, unsent), lags)
 

@@ -24,8 +24,12 @@ def install() -> None:
     if _installed:
         return
     _installed = True
+    from llmload._compat import import_transformers
     from llmload.options import add_options
 
+    # Import transformers now, before Locust forks --processes workers: a worker that spends seconds importing
+    # inside test_start misses its heartbeats and the master declares it dead.
+    import_transformers()
     events.init_command_line_parser.add_listener(add_options)
     events.init.add_listener(_on_init)
     events.test_start.add_listener(_on_test_start)
@@ -37,6 +41,9 @@ def install() -> None:
 #: records not yet shipped to the master (workers only)
 _outbox: list[dict[str, Any]] = []
 _worker_runner: Any = None
+#: on a worker: how many workers share the prompts (Locust's WorkerRunner does not know; the master says)
+_shard_count = 1
+_samples: list[Any] = []
 
 
 def _collect(record: RequestRecord, **_: Any) -> None:
@@ -88,6 +95,12 @@ def _on_init(environment: Any, **_: Any) -> None:
 
         environment.events.spawning_complete.add_listener(total_users)
 
+        def shard(msg: Any, **_: Any) -> None:
+            global _shard_count
+            _shard_count = max(1, int(msg.data.get("count", 1)))
+
+        runner.register_message("llm_shard", shard)
+
         def ship_forever() -> None:
             while True:
                 gevent.sleep(1.0)
@@ -113,6 +126,13 @@ def _on_init(environment: Any, **_: Any) -> None:
                 records.append(record)
 
         runner.register_message("llm_records", receive)
+
+        def announce_shards(**_: Any) -> None:
+            # sent before the spawn messages on the same ordered channel, so workers know it at test_start
+            for client in runner.clients.values():
+                runner.send_message("llm_shard", {"count": runner.worker_count}, client_id=client.id)
+
+        environment.events.test_start.add_listener(announce_shards)
         original_quit = runner.quit
 
         def quit_after_final_batches() -> None:
@@ -147,15 +167,10 @@ def _is_master(environment: Any) -> bool:
 def configure_users(environment: Any) -> None:
     """Build the workload from the parsed options and hand it to every LLM user class (once per set of
     options). Raises :class:`~llmload.errors.LLMLoadError` with a one-line message."""
-    global _workload_key
-    from llmload._compat import import_transformers
+    global _samples, _workload_key
     from llmload.arrivals import parse_think_time
-    from llmload.datasets import load_samples
     from llmload.errors import LLMLoadError
     from llmload.options import api_key
-    from llmload.tokenizer import load_tokenizer
-
-    # raises LLMLoadError (one line) for bad options, datasets or tokenizers
     from llmload.users import LLMUser
     from llmload.workload import Workload
 
@@ -172,6 +187,7 @@ def configure_users(environment: Any) -> None:
             model = ""
     tokenizer_id = opts.tokenizer or model or "builtin"
     key = (opts.dataset_name, opts.dataset_path, opts.num_prompts, opts.seed, opts.max_tokens, tokenizer_id)
+    think = parse_think_time(opts.think_time) if opts.think_time else None
     for cls in environment.user_classes:
         if issubclass(cls, LLMUser):
             cls.backend = opts.backend
@@ -181,12 +197,23 @@ def configure_users(environment: Any) -> None:
             cls.ttft_rule = opts.ttft_rule
             cls.api_key = api_key(opts)
             cls.max_concurrency = opts.max_concurrency or None
-    think = parse_think_time(opts.think_time) if opts.think_time else None
+            cls.think = staticmethod(think) if think is not None else None
+    if key != _workload_key:
+        _samples = _build_samples(opts, tokenizer_id)
+        _workload_key = key
+    index = max(0, getattr(environment.runner, "worker_index", 0) or 0)
+    count = _shard_count if _worker_runner is not None else 1
+    workload = Workload(_samples, index % count, count)
     for cls in environment.user_classes:
         if issubclass(cls, LLMUser):
-            cls.think = staticmethod(think) if think is not None else None
-    if key == _workload_key:
-        return
+            cls.workload = workload
+
+
+def _build_samples(opts: Any, tokenizer_id: str) -> list[Any]:
+    from llmload._compat import import_transformers
+    from llmload.datasets import load_samples
+    from llmload.tokenizer import load_tokenizer
+
     import_transformers()
     tokenizer = load_tokenizer(tokenizer_id)
     options: dict[str, Any] = {}
@@ -196,15 +223,8 @@ def configure_users(environment: Any) -> None:
         options["output_len"] = opts.max_tokens
     elif opts.dataset_name == "custom":
         options["default_output_len"] = opts.max_tokens or 256
-    samples = load_samples(opts.dataset_name, opts.dataset_path or None, tokenizer, opts.num_prompts, opts.seed,
-                           **options)
-    index = getattr(environment.runner, "worker_index", 0) or 0
-    count = getattr(environment.runner, "worker_count", 1) or 1
-    workload = Workload(samples, index, count)
-    for cls in environment.user_classes:
-        if issubclass(cls, LLMUser):
-            cls.workload = workload
-    _workload_key = key
+    return load_samples(opts.dataset_name, opts.dataset_path or None, tokenizer, opts.num_prompts, opts.seed,
+                        **options)
 
 
 def _on_test_start(environment: Any, **_: Any) -> None:
