@@ -17,6 +17,9 @@ import os
 import select
 import socket
 import ssl
+import struct
+import sys
+import time
 from collections.abc import Callable
 from time import perf_counter
 from typing import Any
@@ -26,6 +29,10 @@ from llmload.errors import ConfigError
 
 #: below glibc's mmap threshold (128 KiB): a larger read buffer costs an mmap + munmap per read (~30 µs)
 RECV_SIZE = 65536
+_TIMESPEC = struct.Struct("qq")
+#: Linux SO_TIMESTAMPNS / SCM_TIMESTAMPNS: the kernel stamps each received packet (CLOCK_REALTIME)
+SO_TIMESTAMPNS = 35
+_CMSG_SPACE = 64
 OnLines = Callable[["Response", int], None] | None
 
 
@@ -212,10 +219,14 @@ class ResponseParser:
 
 
 class Connection:
-    __slots__ = ("buf", "deadline", "sock", "timed_out", "timeout")
+    __slots__ = ("buf", "deadline", "raw", "sock", "stamped", "timed_out", "timeout")
 
     def __init__(self, sock: socket.socket, timeout: float) -> None:
         self.sock = sock
+        #: the OS-level socket under gevent's wrapper (for recvmsg without a hub switch)
+        self.raw = getattr(sock, "_sock", sock)
+        #: the kernel timestamps arrivals on this socket (SO_TIMESTAMPNS)
+        self.stamped = False
         #: bytes received past the end of the previous response
         self.buf = b""
         #: when the watchdog gives up on this connection if no data arrives (0: idle)
@@ -258,8 +269,12 @@ class Reactor:
         self._gevent = gevent
         self.ep = epoll()
         self.waiting: dict[int, _Waiting] = {}
-        self._watcher = gevent.get_hub().loop.io(self.ep.fileno(), 1)
+        # started once and never stopped (re-arming an io watcher after a stop can miss a wake-up); unref'd so
+        # it does not keep an otherwise finished loop alive
+        self._watcher = gevent.get_hub().loop.io(self.ep.fileno(), 1, ref=False)
         self._watchdog: Any = None
+        #: CLOCK_REALTIME - perf_counter, to move kernel timestamps onto perf_counter's clock
+        self.clock_offset = _clock_offset()
 
     def read(self, conn: Connection, parser: ResponseParser) -> None:
         """Block the calling greenlet until ``parser`` has a complete response from ``conn``."""
@@ -286,12 +301,16 @@ class Reactor:
         """
         waiting = self.waiting
         read = os.read
+        offset = self.clock_offset
         for fd, _ev in self.ep.poll(0):
             w = waiting.get(fd)
             if w is None:
                 continue
             try:
-                data = read(fd, RECV_SIZE)
+                if w.conn.stamped:
+                    data, ancillary, _flags, _addr = w.conn.raw.recvmsg(RECV_SIZE, _CMSG_SPACE)
+                else:
+                    data, ancillary = read(fd, RECV_SIZE), None
             except BlockingIOError:
                 continue
             except OSError as exc:
@@ -299,6 +318,12 @@ class Reactor:
                     f"{type(exc).__name__}: {exc} after {len(w.parser.resp.lines)} lines", w.parser.resp))
                 continue
             t = perf_counter()
+            if ancillary:
+                # the kernel's arrival time, which does not depend on how busy this process was
+                sec, nsec = _TIMESPEC.unpack_from(ancillary[0][2])
+                arrived = sec + nsec * 1e-9 - offset
+                if t - 1.0 < arrived < t:
+                    t = arrived
             w.conn.deadline = t + w.conn.timeout
             try:
                 if not data:
@@ -310,8 +335,6 @@ class Reactor:
                 self._fail(fd, w, exc)
             except Exception as exc:  # a live listener's bug fails its own request, never the reactor
                 self._fail(fd, w, HTTPError(f"{type(exc).__name__} in a stream listener: {exc}", w.parser.resp))
-        if not waiting:
-            self._watcher.stop()
 
     def _complete(self, fd: int, w: _Waiting) -> None:
         self._detach(fd)
@@ -333,6 +356,7 @@ class Reactor:
         try:
             while self.waiting:
                 self._gevent.sleep(1.0)
+                self.clock_offset = _clock_offset()
                 now = perf_counter()
                 for fd, w in list(self.waiting.items()):
                     if w.conn.deadline and now > w.conn.deadline:
@@ -342,6 +366,18 @@ class Reactor:
                             w.parser.resp))
         finally:
             self._watchdog = None
+
+
+def _clock_offset() -> float:
+    """``time.time() - perf_counter()``, from the tightest of a few back-to-back readings."""
+    best = None
+    for _ in range(5):
+        a = perf_counter()
+        wall = time.time()
+        b = perf_counter()
+        if best is None or b - a < best[0]:
+            best = (b - a, wall - (a + b) / 2)
+    return best[1]
 
 
 _reactor: Reactor | None = None
@@ -378,10 +414,19 @@ class Pool:
     def _connect(self) -> Connection:
         sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if self._ssl is not None:
+        stamped = False
+        if self._ssl is None:
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+                stamped = True
+            except OSError:
+                pass
+        else:
             sock = self._ssl.wrap_socket(sock, server_hostname=self.host)
         sock.settimeout(None)
-        return Connection(sock, self.read_timeout)
+        conn = Connection(sock, self.read_timeout)
+        conn.stamped = stamped and sys.platform.startswith("linux")
+        return conn
 
     def close(self) -> None:
         while self._idle:

@@ -17,7 +17,8 @@ from typing import Any, ClassVar
 
 import orjson
 from gevent import GreenletExit
-from gevent import sleep as gevent_sleep
+from gevent import Timeout as gevent_Timeout
+from gevent import idle as gevent_idle
 from locust import FastHttpUser, task
 
 from llmload.backends import Backend, get_backend
@@ -32,6 +33,12 @@ TTFT_RULES = ("content", "vllm")
 #: events parsed between two yields to the event loop
 PARSE_SLICE = 32
 _ids = itertools.count(1)
+
+
+def _when_idle(max_wait_s: float = 0.05) -> None:
+    """Wait until gevent's loop is idle (no pending reads), but no longer than ``max_wait_s``."""
+    with gevent_Timeout(max_wait_s, False):
+        gevent_idle()
 
 
 class _InFlight:
@@ -292,9 +299,10 @@ class StreamReader:
         content_rule = self.content_rule
         user = self.user
         for i in range(max(first, self.done), len(lines)):
-            if not live and i and not i % PARSE_SLICE:
-                # after-the-stream parsing yields now and then, so it never holds up other streams' timestamps
-                gevent_sleep(0)
+            if not live and not i % PARSE_SLICE:
+                # After-the-stream parsing runs when the loop has nothing better to do, so it never delays
+                # another stream's read (streams of a batch end together and their parsing would pile up).
+                _when_idle()
             t, line = lines[i]
             payload = parse_line(line)
             if payload is None or payload == DONE:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import os
 import shlex
@@ -251,6 +252,12 @@ def run_bench(args: argparse.Namespace) -> int:
         if not args.disable_tqdm:
             progress.start()
         health.start()
+        # A full garbage collection over everything set-up allocated can pause the loop for milliseconds,
+        # and every token timestamp with it: freeze what exists now and collect the young generation rarely.
+        gc.collect()
+        gc.freeze()
+        gc_threshold = gc.get_threshold()
+        gc.set_threshold(50_000, 50, 100)
         try:
             if master is None:
                 llm_events.request_complete.add_listener(progress.on_record)
@@ -262,6 +269,8 @@ def run_bench(args: argparse.Namespace) -> int:
                 master.bench.on_record = progress.on_record
                 outcome = master.run(run_config, samples, offsets, stop)
         finally:
+            gc.set_threshold(*gc_threshold)
+            gc.unfreeze()
             health.stop()
             if not args.disable_tqdm:
                 progress.stop()
