@@ -31,11 +31,11 @@ from llmload.transport import HTTPError, Pool, Response
 
 TTFT_RULES = ("content", "vllm")
 #: events parsed between two yields to the event loop
-PARSE_SLICE = 32
+PARSE_SLICE = 16
 _ids = itertools.count(1)
 
 
-def _when_idle(max_wait_s: float = 0.05) -> None:
+def _when_idle(max_wait_s: float = 1.0) -> None:
     """Wait until gevent's loop is idle (no pending reads), but no longer than ``max_wait_s``."""
     with gevent_Timeout(max_wait_s, False):
         gevent_idle()
