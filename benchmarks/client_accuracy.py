@@ -33,7 +33,7 @@ def _pct(values: list[float], p: float) -> float:
 
 def run_level(concurrency: int, rounds: int, workdir: Path, sim_core: int, client_core: int) -> dict:
     trace = workdir / f"trace-{concurrency}.jsonl"
-    sim = SimProcess(["--ttft-ms", "50", "--itl-ms", "10", "--trace-file", str(trace), "--tokenizer", "builtin"])
+    sim = SimProcess(["--ttft-ms", "50", "--itl-ms", "10", "--trace-file", str(trace)])
     try:
         os.sched_setaffinity(sim.pid, {sim_core})
         out = workdir / f"c{concurrency}"

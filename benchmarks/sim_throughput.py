@@ -90,6 +90,14 @@ def drive(port: int, streams: int, max_tokens: int, seconds: float, stagger_s: f
     return chunks, requests, elapsed
 
 
+def children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
 def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
@@ -103,9 +111,10 @@ def main() -> None:
     parser.add_argument("--ttft-ms", type=float, default=20.0)
     parser.add_argument("--max-tokens", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--workers", type=int, default=1, help="simulator processes (SO_REUSEPORT)")
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     args = parser.parse_args()
-    proc, port = start_sim(["--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms)])
+    proc, port = start_sim(["--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms), "--workers", str(args.workers)])
     try:
         cpu0 = cpu_seconds(proc.pid)
         chunks, requests, elapsed = drive(port, args.streams, args.max_tokens, args.seconds, args.itl_ms / 1000)
@@ -121,7 +130,8 @@ def main() -> None:
         "chunks_per_s": round(chunks / elapsed),
         "requests_completed": requests,
         "sim_cpu_percent": round(100 * cpu, 1),
-        "lateness_us": stats["lateness_us"],
+        "workers": args.workers,
+        "lateness_us (worst worker)": stats["lateness_us"],
     }
     if args.json:
         print(json.dumps(result))
