@@ -33,6 +33,8 @@ _TIMESPEC = struct.Struct("qq")
 #: Linux SO_TIMESTAMPNS / SCM_TIMESTAMPNS: the kernel stamps each received packet (CLOCK_REALTIME)
 SO_TIMESTAMPNS = 35
 _CMSG_SPACE = 64
+#: longest stretch of greenlet work between two polls for arriving data
+SWITCH_INTERVAL_S = 0.0005
 OnLines = Callable[["Response", int], None] | None
 
 
@@ -266,6 +268,9 @@ class Reactor:
             raise OSError("no epoll")
         import gevent
 
+        # gevent runs queued greenlets for up to this long before it polls for I/O again; when a batch of
+        # streams ends together, starting their successors can take longer than an inter-token gap
+        gevent.setswitchinterval(min(gevent.getswitchinterval(), SWITCH_INTERVAL_S))
         self._gevent = gevent
         self.ep = epoll()
         self.waiting: dict[int, _Waiting] = {}
