@@ -152,6 +152,7 @@ def _health_lines(health: dict[str, Any]) -> list[str]:
     for key, label in (
         ("cpu_percent_mean", "Client CPU mean (%):"),
         ("cpu_percent_max", "Client CPU max (%):"),
+        ("read_lag_p99_ms", "P99 read lag after arrival (ms):"),
         ("loop_lag_p99_ms", "P99 event-loop lag (ms):"),
     ):
         if health.get(key) is not None:

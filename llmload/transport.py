@@ -280,6 +280,8 @@ class Reactor:
         self._watchdog: Any = None
         #: CLOCK_REALTIME - perf_counter, to move kernel timestamps onto perf_counter's clock
         self.clock_offset = _clock_offset()
+        #: histogram of read lag (our read - kernel arrival): index = 0.1 ms buckets, last = 1 s or more
+        self.read_lag = [0] * 10_001
 
     def read(self, conn: Connection, parser: ResponseParser) -> None:
         """Block the calling greenlet until ``parser`` has a complete response from ``conn``."""
@@ -306,6 +308,7 @@ class Reactor:
         """
         waiting = self.waiting
         read = os.read
+        read_lag = self.read_lag
         offset = self.clock_offset
         for fd, _ev in self.ep.poll(0):
             w = waiting.get(fd)
@@ -328,6 +331,9 @@ class Reactor:
                 sec, nsec = _TIMESPEC.unpack_from(ancillary[0][2])
                 arrived = sec + nsec * 1e-9 - offset
                 if t - 1.0 < arrived < t:
+                    # how late this process read it: past one inter-token gap, chunks merge into one read
+                    lag = int((t - arrived) * 10_000)
+                    read_lag[lag if lag < 10_000 else 10_000] += 1
                     t = arrived
             w.conn.deadline = t + w.conn.timeout
             try:
@@ -371,6 +377,27 @@ class Reactor:
                             w.parser.resp))
         finally:
             self._watchdog = None
+
+
+def read_lag_percentile(p: float) -> float | None:
+    """The p-th percentile of how late this process read arriving data, in ms (None: no timestamped reads)."""
+    if _reactor is None:
+        return None
+    hist = _reactor.read_lag
+    total = sum(hist)
+    if not total:
+        return None
+    target, seen = p / 100.0 * total, 0
+    for i, n in enumerate(hist):
+        seen += n
+        if seen >= target:
+            return i / 10.0
+    return 1000.0
+
+
+def reset_read_lag() -> None:
+    if _reactor is not None:
+        _reactor.read_lag[:] = [0] * len(_reactor.read_lag)
 
 
 def _clock_offset() -> float:

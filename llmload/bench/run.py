@@ -275,7 +275,9 @@ def run_bench(args: argparse.Namespace) -> int:
             if not args.disable_tqdm:
                 progress.stop()
 
-    health_report = health.report(outcome.schedule_lags_s)
+    # with --request-rate inf every request is due at once: how long spawning them took is not client lag
+    open_loop = not math.isinf(args.request_rate) or args.rate_shape or args.dataset_name == "trace"
+    health_report = health.report(outcome.schedule_lags_s if open_loop else None)
     if master is not None:
         health_report = master.bench.merged_health(master.result_workers, health_report)
     return _report(args, outcome, samples, tokenizer, tokenizer_id, model, base_url if not use_sim else "llmload-sim",
