@@ -40,6 +40,18 @@ def clock_offset() -> float:
     return time.time() - perf_counter()
 
 
+def shift_record(record: RequestRecord, shift: float) -> None:
+    """Move a record's times from a worker's perf_counter onto the master's (``shift`` = worker − master
+    clock offset)."""
+    if not shift:
+        return
+    for name in _TIME_FIELDS:
+        value = getattr(record, name)
+        if value is not None:
+            setattr(record, name, value + shift)
+    record.chunk_times = [t + shift for t in record.chunk_times]
+
+
 def split_concurrency(total: int | None, workers: int) -> list[int | None]:
     """The global ``--max-concurrency`` split across workers (they add up to the total)."""
     if total is None:
@@ -177,12 +189,7 @@ class BenchMaster:
         shift = float(data.get("clock", self._my_clock)) - self._my_clock
         for raw in data.get("records", []):
             record = RequestRecord.from_dict(raw)
-            if shift:
-                for name in _TIME_FIELDS:
-                    value = getattr(record, name)
-                    if value is not None:
-                        setattr(record, name, value + shift)
-                record.chunk_times = [t + shift for t in record.chunk_times]
+            shift_record(record, shift)
             record.worker = f"worker{state.index}" if state else msg.node_id
             index = int(record.request_id[1:]) if record.request_id.startswith("r") else len(self.records)
             self.records[index] = record

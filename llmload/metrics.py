@@ -342,3 +342,21 @@ def detailed_lists(records: list[RequestRecord], metrics: BenchmarkMetrics | Non
         "generated_texts": [r.generated_text for r in records],
         "errors": [r.error for r in records],
     }
+
+
+def parse_goodput(items: list[str] | None) -> dict[str, float] | None:
+    """``--goodput ttft:500 tpot:50`` -> {"ttft": 500.0, "tpot": 50.0} (milliseconds)."""
+    if not items:
+        return None
+    slos: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.partition(":")
+        if not sep or name not in ("ttft", "tpot", "e2el"):
+            raise ConfigError(f"--goodput: expected METRIC:MS with METRIC one of ttft, tpot, e2el, got {item!r}")
+        try:
+            slos[name] = float(value)
+        except ValueError:
+            raise ConfigError(f"--goodput: {item!r}: {value!r} is not a number of milliseconds") from None
+        if slos[name] < 0:
+            raise ConfigError(f"--goodput: {item!r}: the SLO must be >= 0 ms")
+    return slos

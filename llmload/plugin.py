@@ -108,7 +108,7 @@ def _on_init(environment: Any, **_: Any) -> None:
 
         gevent.spawn(ship_forever)
     elif isinstance(runner, MasterRunner):
-        from llmload.distributed import clock_offset
+        from llmload.distributed import clock_offset, shift_record
 
         mine = clock_offset()
 
@@ -116,12 +116,7 @@ def _on_init(environment: Any, **_: Any) -> None:
             shift = float(msg.data.get("clock", mine)) - mine
             for raw in msg.data.get("records", []):
                 record = RequestRecord.from_dict(raw)
-                if shift:
-                    for name in ("start", "first_token", "intended_send", "dispatched_at"):
-                        value = getattr(record, name)
-                        if value is not None:
-                            setattr(record, name, value + shift)
-                    record.chunk_times = [t + shift for t in record.chunk_times]
+                shift_record(record, shift)
                 record.worker = f"worker{runner.get_worker_index(msg.node_id)}"
                 records.append(record)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from llmload.errors import ConfigError, EndpointError, LLMLoadError
+from llmload.metrics import parse_goodput
 
 
 def _log(message: str) -> None:
@@ -43,21 +44,6 @@ def _base_url(args: argparse.Namespace) -> str | None:
     if args.host or args.port:
         return f"http://{args.host or '127.0.0.1'}:{args.port or 8000}"
     return None
-
-
-def _parse_goodput(items: list[str] | None) -> dict[str, float] | None:
-    if not items:
-        return None
-    slos: dict[str, float] = {}
-    for item in items:
-        name, sep, value = item.partition(":")
-        if not sep or name not in ("ttft", "tpot", "e2el"):
-            raise ConfigError(f"--goodput: expected METRIC:MS with METRIC one of ttft, tpot, e2el, got {item!r}")
-        try:
-            slos[name] = float(value)
-        except ValueError:
-            raise ConfigError(f"--goodput: {item!r}: {value!r} is not a number of milliseconds") from None
-    return slos
 
 
 def _parse_list(text: str, flag: str, cast: type) -> list:
@@ -161,7 +147,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
     base_url = _base_url(args)
     api_key = _api_key(args)
-    goodput = _parse_goodput(args.goodput)
+    goodput = parse_goodput(args.goodput)
     percentiles = _parse_list(args.metric_percentiles, "--metric-percentiles", float)
     selected = _parse_list(args.percentile_metrics, "--percentile-metrics", str)
     metadata = _parse_metadata(args.metadata)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from llmload.errors import ConfigError, DatasetError
+from llmload.metrics import parse_goodput
 from llmload.report.findings import Finding, compare_findings, run_findings
 from llmload.report.loader import load_runs
 from llmload.report.stats import RunStats
@@ -30,22 +31,6 @@ class Outputs:
         return "\n".join(lines)
 
 
-def parse_goodput(items: list[str] | None) -> dict[str, float] | None:
-    """``--goodput ttft:500 tpot:50`` -> {"ttft": 500.0, "tpot": 50.0} (milliseconds)."""
-    if not items:
-        return None
-    slos: dict[str, float] = {}
-    for item in items:
-        name, sep, value = item.partition(":")
-        if not sep or name not in ("ttft", "tpot", "e2el"):
-            raise ConfigError(f"--goodput: expected METRIC:MS with METRIC one of ttft, tpot, e2el, got {item!r}")
-        try:
-            slos[name] = float(value)
-        except ValueError:
-            raise ConfigError(f"--goodput: {item!r}: {value!r} is not a number of milliseconds") from None
-        if slos[name] < 0:
-            raise ConfigError(f"--goodput: {item!r}: the SLO must be >= 0 ms")
-    return slos
 
 
 def pick_baseline(stats: list[RunStats], baseline: str | None, paths: list[str]) -> int:

@@ -68,7 +68,24 @@ class Wire:
         raise NotImplementedError
 
 
-class CompletionsWire(Wire):
+class _OpenAIWire(Wire):
+    """What completions and chat streams share: the finish reason, the usage chunk and ``[DONE]``."""
+
+    _head = b""
+
+    def _finish(self) -> bytes:
+        return b'"length"' if self.req.output_tokens >= self.req.max_tokens else b'"stop"'
+
+    def tail_events(self) -> bytes:
+        if self.dialect == "transformers":
+            return b""
+        out = b""
+        if self.req.include_usage:
+            out += _sse(self._head + b'],"usage":' + _usage(self.req, self.req.output_tokens) + b"}")
+        return out + b"data: [DONE]\n\n"
+
+
+class CompletionsWire(_OpenAIWire):
     def __init__(self, req: GenRequest, dialect: str, request_id: str, created: int) -> None:
         super().__init__(req, dialect, request_id, created)
         self._head = b'{"id":"%s","object":"text_completion","created":%d,"model":%s,"choices":[' % (
@@ -79,8 +96,6 @@ class CompletionsWire(Wire):
         self._pre = b"data: " + self._head + b'{"index":0,"text":"'
         self._post = b'","logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n'
 
-    def _finish(self) -> bytes:
-        return b'"length"' if self.req.output_tokens >= self.req.max_tokens else b'"stop"'
 
     def head_events(self) -> bytes:
         if self.dialect == "sglang" and self.req.stream:
@@ -95,13 +110,6 @@ class CompletionsWire(Wire):
             tail += b',"usage":' + _usage(self.req, generated)
         return self._pre + text + tail + b"}\n\n"
 
-    def tail_events(self) -> bytes:
-        if self.dialect == "transformers":
-            return b""
-        out = b""
-        if self.req.include_usage:
-            out += _sse(self._head + b'],"usage":' + _usage(self.req, self.req.output_tokens) + b"}")
-        return out + b"data: [DONE]\n\n"
 
     def full_json(self, text: bytes) -> bytes:
         choice = b'{"index":0,"text":"' + text + b'","logprobs":null,"finish_reason":' + self._finish() + b"}"
@@ -110,7 +118,7 @@ class CompletionsWire(Wire):
         ) + b"}"
 
 
-class ChatWire(Wire):
+class ChatWire(_OpenAIWire):
     def __init__(self, req: GenRequest, dialect: str, request_id: str, created: int) -> None:
         super().__init__(req, dialect, request_id, created)
         self._head = b'{"id":"%s","object":"chat.completion.chunk","created":%d,"model":%s,"choices":[' % (
@@ -125,8 +133,6 @@ class ChatWire(Wire):
             b'"finish_reason":null}]}\n\n'
         )
 
-    def _finish(self) -> bytes:
-        return b'"length"' if self.req.output_tokens >= self.req.max_tokens else b'"stop"'
 
     def head_events(self) -> bytes:
         if not self.req.stream:
@@ -150,13 +156,6 @@ class ChatWire(Wire):
             tail += b',"usage":' + _usage(self.req, generated)
         return self._pre + text + tail + b"}\n\n"
 
-    def tail_events(self) -> bytes:
-        if self.dialect == "transformers":
-            return b""
-        out = b""
-        if self.req.include_usage:
-            out += _sse(self._head + b'],"usage":' + _usage(self.req, self.req.output_tokens) + b"}")
-        return out + b"data: [DONE]\n\n"
 
     def full_json(self, text: bytes) -> bytes:
         head = self._head.replace(b"chat.completion.chunk", b"chat.completion", 1)
