@@ -112,7 +112,6 @@ class SimServer:
         self._timer_seq = self.loop._seq
         self._lateness = self.loop.lateness
         self._itl_s = (config.itl_ms or 0.0) / 1000.0
-        self._tpc1 = config.tokens_per_chunk == 1
         sock.setblocking(False)
         self.loop.register(sock.fileno(), select.EPOLLIN, self._on_accept)
 
@@ -385,36 +384,12 @@ class SimServer:
         late = int((now - deadline) * 100_000)
         self._lateness[0 if late < 0 else (late if late < 10_000 else 10_000)] += 1
         req = job.req
-        generated = job.generated + 1
-        if (
-            self._tpc1 and job.chunk_tokens and generated < req.output_tokens and job.fault is None
-            and req.stream and not conn.wbuf
-        ):
-            # the hot path, inlined: a middle token of a healthy stream is one send and one timer
-            event = job.wire.token_event(TOKENS[(req.text_offset + job.generated * 7) % TOKEN_COUNT], generated, False)
-            job.generated = generated
-            data = b"%x\r\n%b\r\n" % (len(event), event)
-            try:
-                sent = conn.sock.send(data)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError:
-                self._close(conn)
-                return
-            if sent < len(data):
-                conn.wbuf += data[sent:]
-                self.loop.modify(conn.fd, _OUT)
-            job.chunk_times.append(now)
-            job.chunk_tokens.append(1)
-            self.chunks_sent += 1
-            heappush(self._timers, (deadline + self._itl_s, next(self._timer_seq), self._fixed_tick, job))
-            return
         n = 1 if job.generated == 0 else min(self.config.tokens_per_chunk, req.output_tokens - job.generated)
         if self._emit(job, n, now):
             nxt = deadline + self._itl_s
             if job.stalled_until > nxt:
                 nxt = job.stalled_until
-            self.loop.call_at(nxt, self._fixed_tick, job)
+            heappush(self._timers, (nxt, next(self._timer_seq), self._fixed_tick, job))
 
     def _begin_step(self, now: float) -> None:
         engine = self.engine
