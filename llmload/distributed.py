@@ -268,15 +268,16 @@ class BenchMaster:
 
     @staticmethod
     def merged_health(workers: Sequence[WorkerState], master: dict[str, Any]) -> dict[str, Any]:
-        """The client is the bottleneck when any worker was: report the busiest worker's numbers."""
+        """The busiest worker's CPU and lags (the verdict is made from these by ``health.judge``)."""
         reports = [w.health for w in workers if w.health]
         if not reports:
             return master
-        worst = max(reports, key=lambda h: (h.get("bottleneck", False), h.get("cpu_percent_mean", 0.0)))
-        merged = dict(worst)
-        reasons = [f"worker{w.index}: {w.health['reason']}" for w in workers if w.health and w.health.get("bottleneck")]
-        merged["bottleneck"] = bool(reasons)
-        merged["reason"] = "; ".join(reasons)
+        merged = dict(master)
+        # schedule lag stays the master's: it leaves out requests re-assigned from dead workers (late on purpose)
+        for key in ("cpu_percent_mean", "cpu_percent_max", "loop_lag_p99_ms", "read_lag_p99_ms"):
+            values = [h[key] for h in reports if h.get(key) is not None]
+            if values:
+                merged[key] = max(values)  # the busiest worker decides
         merged["per_worker"] = {f"worker{w.index}": w.health for w in workers if w.health}
         return merged
 

@@ -18,7 +18,10 @@ import psutil
 
 #: the client is called the bottleneck above these
 CPU_LIMIT_PERCENT = 90.0
-#: data read this late (after the kernel received it) can merge with the next chunk into one read
+#: reading data later than this share of the median inter-token gap risks merging two chunks into one read
+#: (the kernel timestamps each read, so a later read is only a problem once chunks merge)
+READ_LAG_SHARE_OF_ITL = 0.3
+#: used when the ITL is not known yet
 READ_LAG_LIMIT_MS = 3.0
 SCHEDULE_LAG_LIMIT_MS = 10.0
 
@@ -71,13 +74,22 @@ class HealthMonitor:
 
         read_lag = read_lag_percentile(99)
         out["read_lag_p99_ms"] = read_lag
-        reasons = []
-        if out["cpu_percent_mean"] > CPU_LIMIT_PERCENT:
-            reasons.append(f"client CPU averaged {out['cpu_percent_mean']:.0f}% (> {CPU_LIMIT_PERCENT:.0f}%)")
-        if read_lag is not None and read_lag > READ_LAG_LIMIT_MS:
-            reasons.append(f"data read {read_lag:.1f} ms after it arrived at p99 (> {READ_LAG_LIMIT_MS:.0f} ms)")
-        if out["schedule_lag_p99_ms"] > SCHEDULE_LAG_LIMIT_MS:
-            reasons.append(f"schedule lag p99 {out['schedule_lag_p99_ms']:.1f} ms (> {SCHEDULE_LAG_LIMIT_MS:.0f} ms)")
-        out["bottleneck"] = bool(reasons)
-        out["reason"] = "; ".join(reasons)
-        return out
+        return judge(out)
+
+
+def judge(health: dict[str, Any], median_itl_ms: float | None = None) -> dict[str, Any]:
+    """Decide (again) whether the client was the bottleneck, once the run's median ITL is known."""
+    limit = READ_LAG_LIMIT_MS if not median_itl_ms else max(1.0, READ_LAG_SHARE_OF_ITL * median_itl_ms)
+    reasons = []
+    cpu = health.get("cpu_percent_mean") or 0.0
+    if cpu > CPU_LIMIT_PERCENT:
+        reasons.append(f"client CPU averaged {cpu:.0f}% (> {CPU_LIMIT_PERCENT:.0f}%)")
+    read_lag = health.get("read_lag_p99_ms")
+    if read_lag is not None and read_lag > limit:
+        reasons.append(f"data read {read_lag:.1f} ms after it arrived at p99 (> {limit:.1f} ms, chunks may merge)")
+    sched = health.get("schedule_lag_p99_ms") or 0.0
+    if sched > SCHEDULE_LAG_LIMIT_MS:
+        reasons.append(f"schedule lag p99 {sched:.1f} ms (> {SCHEDULE_LAG_LIMIT_MS:.0f} ms)")
+    health["bottleneck"] = bool(reasons)
+    health["reason"] = "; ".join(reasons)
+    return health

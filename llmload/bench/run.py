@@ -405,6 +405,7 @@ def _dataset_options(args: argparse.Namespace) -> dict[str, Any]:
 def _report(args: argparse.Namespace, outcome: _Outcome, samples: list, tokenizer: Any, tokenizer_id: str,
             model: str, target: str, health_report: dict[str, Any], goodput: Any, percentiles: list,
             selected: list, metadata: dict[str, str]) -> int:
+    from llmload.bench.health import judge
     from llmload.bench.results import default_filename, records_path, write_json, write_records
     from llmload.metrics import compute_metrics, detailed_lists
     from llmload.summary import format_summary
@@ -417,6 +418,7 @@ def _report(args: argparse.Namespace, outcome: _Outcome, samples: list, tokenize
     metrics = compute_metrics(records, max(outcome.duration, 1e-9), goodput_slos=goodput,
                               selected_percentiles=percentiles, selected_metrics=selected,
                               ttft_rule=args.ttft_rule, schedule_lags_s=outcome.schedule_lags_s)
+    health_report = judge(health_report, metrics.itl.median_ms)
     print(format_summary(metrics, backend_label=args.backend, request_rate=args.request_rate,
                          burstiness=args.burstiness, max_concurrency=args.max_concurrency,
                          client_health=health_report), flush=True)
