@@ -32,6 +32,8 @@ from llmload.records import RequestRecord
 BATCH_INTERVAL_S = 0.25
 #: the first send is this far in the future when a job goes out, so every worker starts together
 START_LEAD_S = 0.5
+#: requests re-balanced to a joining worker are due at least this far in the future
+REBALANCE_MARGIN_S = 2.0
 _TIME_FIELDS = ("start", "first_token", "intended_send", "dispatched_at")
 
 
@@ -76,11 +78,17 @@ class BenchWorker:
         self._flusher: gevent.Greenlet | None = None
         runner.register_message("llm_job", self._on_job)
         runner.register_message("llm_stop", self._on_stop)
+        runner.register_message("llm_revoke", self._on_revoke)
+        #: requests the master moved to another worker before they were due
+        self.revoked: set[int] = set()
 
     def _on_job(self, msg: Any, **_: Any) -> None:
         self._jobs.append(gevent.spawn(self._run_job, msg.data))
         if self._flusher is None:
             self._flusher = gevent.spawn(self._flush_loop)
+
+    def _on_revoke(self, msg: Any, **_: Any) -> None:
+        self.revoked.update(int(i) for i in (msg.data or {}).get("indices", []))
 
     def _on_stop(self, msg: Any, **_: Any) -> None:
         self.stop_timeout = float((msg.data or {}).get("stop_timeout") or 0.0)
@@ -104,6 +112,7 @@ class BenchWorker:
             user.new_record, user.send, samples, offsets,
             max_concurrency=job.get("max_concurrency"), stop_event=self.stop_event, start_at=start_at,
             on_dispatch=lambda i: self._dispatched.append(items[i][0]),
+            skip=lambda i: items[i][0] in self.revoked,
             on_record=lambda r: self._pending.append(r.to_dict()),
             stop_timeout=self.stop_timeout,
         )
@@ -254,6 +263,8 @@ class BenchMaster:
                             s.assigned.update(part)
                             s.done = False
                             self._send_job(s, part, run_config, samples, offsets, start_wall, None)
+            if not stopped:
+                self._welcome_new_workers(run_config, samples, offsets, start, start_wall, log)
             if all(s.done or s.lost for s in self.workers.values()):
                 break
         end = max((r.end for r in self.records.values() if r.end is not None), default=perf_counter())
@@ -265,6 +276,35 @@ class BenchMaster:
                 if i not in self.reassigned and (lag := r.schedule_lag) is not None]
         unsent = len(samples) - len(records) - lost
         return MasterResult(records, start, end, list(self.workers.values()), lost, max(0, unsent), lags)
+
+    def _welcome_new_workers(self, run_config: dict[str, Any], samples: Sequence[SampleRequest],
+                             offsets: Sequence[float], start: float, start_wall: float,
+                             log: Callable[[str], None]) -> None:
+        """A worker that connects mid-run takes an equal share of every busy worker's requests that are due
+        more than ``REBALANCE_MARGIN_S`` from now (so none of them can have been sent already)."""
+        ready = [c.id for c in self.runner.clients.ready if c.id not in self.workers]
+        for cid in ready:
+            busy = [s for s in self.workers.values() if not s.done and not s.lost]
+            if not busy:
+                return
+            horizon = perf_counter() - start + REBALANCE_MARGIN_S
+            newcomer = WorkerState(cid, self.runner.get_worker_index(cid))
+            self.workers[cid] = newcomer
+            share = len(busy) + 1
+            moved: list[int] = []
+            for state in busy:
+                future = sorted(i for i in state.assigned - state.dispatched if offsets[i] > horizon)
+                take = future[::share][: len(future) // share]
+                if take:
+                    state.assigned.difference_update(take)
+                    self.runner.send_message("llm_revoke", {"indices": take}, client_id=state.client_id)
+                    moved.extend(take)
+            if moved:
+                newcomer.assigned = set(moved)
+                self._send_job(newcomer, sorted(moved), run_config, samples, offsets, start_wall, None)
+                log(f"worker{newcomer.index} joined: it takes {len(moved)} not yet due requests from the others")
+            else:
+                newcomer.done = True
 
     @staticmethod
     def merged_health(workers: Sequence[WorkerState], master: dict[str, Any]) -> dict[str, Any]:

@@ -49,8 +49,11 @@ def run_open_loop(
     on_dispatch: Callable[[int], None] | None = None,
     on_record: Callable[[RequestRecord], None] | None = None,
     stop_timeout: float = 0.0,
+    skip: Callable[[int], bool] | None = None,
 ) -> DispatchResult:
     """Send ``samples[i]`` at ``start + offsets[i]``; returns when every request has finished.
+
+    ``skip(i)``, asked when request ``i`` is due, drops it (a distributed master moved it elsewhere).
 
     ``start_at`` is the perf_counter time of offset 0 (default: now + ``LEAD_S``). ``on_dispatch(i)`` runs as
     request ``i`` is released, ``on_record(record)`` as it ends. When ``stop_event`` is set, dispatching stops,
@@ -90,6 +93,8 @@ def run_open_loop(
                 break
         elif delay > 0:
             gevent.sleep(delay)
+        if skip is not None and skip(i):
+            continue
         record = new_record(sample, intended)
         record.dispatched_at = perf_counter()
         result.schedule_lags_s.append(max(0.0, record.dispatched_at - intended))
