@@ -367,6 +367,34 @@ class LocustRun:
         return "\n".join(lines)[-n:]
 
 
+def test_worker_joining_mid_run_takes_a_share_of_what_is_not_yet_due(procs, tmp_path: Path) -> None:
+    """A second worker that connects while the run is going gets requests moved from the first; each request is
+    still sent exactly once and every one is in the records."""
+    sim_trace = tmp_path / "join.sim.jsonl"
+    port = free_port()
+    argv = [*llmload_command(), "bench", "--sim-args", f"{SIM_TIMING} --trace-file {sim_trace}",
+            "--sharegpt-output-len", "20", "--ignore-eos", "--constant-rate", "--request-rate", "20",
+            "--num-prompts", "160", "--save-result", "--disable-tqdm", "--result-dir", str(tmp_path / "join"),
+            "--master", "--expect-workers", "1", "--master-bind-host", "127.0.0.1", "--master-bind-port", str(port)]
+    worker = [*llmload_command(), "bench", "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
+    master, out, err = procs.start("join", argv)
+    procs.start("join-w0", worker)
+    wait_for_text(err, "Starting main benchmark run", master, 90)
+    time.sleep(2.0)  # well inside the 8 s schedule
+    procs.start("join-w1", worker)
+    assert wait(master, err, 90) == 0, tail(err)
+    run = BenchRun(tmp_path / "join", sim_trace, out.read_text(), err.read_text())
+    assert "joined: it takes" in run.stderr, tail(err)
+    by_worker = Counter(r["worker"] for r in run.records)
+    assert set(by_worker) == {"worker0", "worker1"} and by_worker["worker1"] > 0, by_worker
+    ids = [r["request_id"] for r in run.records]
+    assert len(ids) == 160 and len(set(ids)) == 160, Counter(ids).most_common(3)
+    assert all(r["success"] for r in run.records)
+    # the server saw each request exactly once (no double sends after the move)
+    sent = Counter(t["client_id"] for t in run.server_requests())
+    assert len(sent) == 160 and max(sent.values()) == 1, sent.most_common(3)
+
+
 @pytest.fixture(scope="module")
 def locust_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocustRun]:
     """One ``locust -f locustfiles/sharegpt.py --headless --processes 2 -t 10s`` run against a simulator whose
