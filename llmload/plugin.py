@@ -173,10 +173,10 @@ def configure_users(environment: Any) -> None:
     host = (environment.host or "").rstrip("/")
     model = opts.model
     if not model and host:
-        from llmload.bench.run import _served_models
+        from llmload.bench.run import served_models
 
         try:
-            served = _served_models(host, api_key(opts))
+            served = served_models(host, api_key(opts))
             model = served[0] if served else ""
         except LLMLoadError:
             model = ""

@@ -63,7 +63,7 @@ def _parse_metadata(items: list[str] | None) -> dict[str, str]:
     return out
 
 
-def _served_models(base_url: str, api_key: str | None) -> list[str]:
+def served_models(base_url: str, api_key: str | None) -> list[str]:
     import urllib.error
     import urllib.request
 
@@ -179,7 +179,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
         model = args.model
         if not model:
-            served = _served_models(base_url, api_key)
+            served = served_models(base_url, api_key)
             if not served:
                 raise EndpointError(f"{base_url}/v1/models lists no model; pass --model")
             model = served[0]
