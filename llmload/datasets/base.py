@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
+
+from llmload.errors import DatasetError
 
 
 @dataclass
@@ -42,3 +47,17 @@ class Tokenizer(Protocol):
 def token_len(tokenizer: Tokenizer, text: str) -> int:
     """``len(tokenizer(text).input_ids)``: vLLM's count, special tokens (BOS) included."""
     return len(tokenizer(text).input_ids)
+
+
+def jsonl_objects(path: Path, lines: Iterable[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The non-blank lines of a JSONL file as ``(line number, object)``; errors name the file and line."""
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{path}:{lineno}: invalid JSON at column {exc.colno}: {exc.msg}") from None
+        if not isinstance(obj, dict):
+            raise DatasetError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+        yield lineno, obj

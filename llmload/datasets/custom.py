@@ -6,10 +6,9 @@ Rows are used in file order, cycling is the caller's business; ``num_prompts`` c
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from llmload.datasets.base import SampleRequest, Tokenizer, token_len
+from llmload.datasets.base import SampleRequest, Tokenizer, jsonl_objects, token_len
 from llmload.errors import DatasetError
 
 DEFAULT_OUTPUT_LEN = 256
@@ -33,17 +32,9 @@ def sample_custom(
     except OSError as exc:
         raise DatasetError(f"cannot read dataset file {path}: {exc.strerror or exc}") from None
     out: list[SampleRequest] = []
-    for lineno, line in enumerate(lines, start=1):
+    for lineno, row in jsonl_objects(path, lines):
         if num_prompts is not None and len(out) >= num_prompts:
             break
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"{path}:{lineno}: invalid JSON: {exc.msg}") from None
-        if not isinstance(row, dict):
-            raise DatasetError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
         prompt = row.get("prompt")
         if not isinstance(prompt, str) or not prompt:
             raise DatasetError(f"{path}:{lineno}: missing or empty string key 'prompt'")

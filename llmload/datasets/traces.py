@@ -35,7 +35,6 @@ Every problem with the file is one :class:`~llmload.errors.DatasetError` naming 
 from __future__ import annotations
 
 import csv
-import json
 import math
 import random
 from dataclasses import dataclass
@@ -44,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from llmload.datasets.base import SampleRequest, Tokenizer, token_len
+from llmload.datasets.base import SampleRequest, Tokenizer, jsonl_objects, token_len
 from llmload.errors import ConfigError, DatasetError
 
 TRACE_FORMATS = ("azure", "burstgpt", "jsonl")
@@ -226,15 +225,7 @@ def _parse_numbers(
 
 def _read_jsonl(path: Path) -> list[TraceRow]:
     rows: list[TraceRow] = []
-    for lineno, line in enumerate(_read_text_lines(path), start=1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"{path}:{lineno}: column {exc.colno}: invalid JSON: {exc.msg}") from None
-        if not isinstance(obj, dict):
-            raise DatasetError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
+    for lineno, obj in jsonl_objects(path, _read_text_lines(path)):
         t = obj.get("t")
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
             raise DatasetError(
