@@ -57,7 +57,7 @@ def jsonl_objects(path: Path, lines: Iterable[str]) -> Iterator[tuple[int, dict[
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise DatasetError(f"{path}:{lineno}: invalid JSON at column {exc.colno}: {exc.msg}") from None
+            raise DatasetError(f"{path}:{lineno}: column {exc.colno}: invalid JSON: {exc.msg}") from None
         if not isinstance(obj, dict):
             raise DatasetError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
         yield lineno, obj

@@ -215,7 +215,7 @@ def test_custom_jsonl(tmp_path, tok):
 @pytest.mark.parametrize(
     ("text", "match"),
     [
-        ('{"prompt": "a"}\n{"prompt": "b",\n', r"c\.jsonl:2: invalid JSON"),
+        ('{"prompt": "a"}\n{"prompt": "b",\n', r"c\.jsonl:2: column \d+: invalid JSON"),
         ('{"prompt": "a"}\n{"text": "b"}\n', r"c\.jsonl:2: .*'prompt'"),
         ('["a"]\n', r"c\.jsonl:1: expected a JSON object"),
         ('{"prompt": "a", "output_len": "x"}\n', r"c\.jsonl:1: 'output_len'"),
