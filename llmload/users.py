@@ -74,6 +74,17 @@ class LLMUser(FastHttpUser):
     #: where :meth:`generate` takes its next sample; set by the locustfile or llmload's options
     workload: ClassVar[Any] = None
 
+    #: "closed" (send, wait for the stream, think, repeat) or "open" (Poisson/gamma arrivals at ``request_rate``
+    #: spread over all users, each request in its own greenlet, independent of responses)
+    arrival: str = "closed"
+    #: open loop: requests/s for the whole test (all users, all workers together); changes apply within 0.5 s
+    request_rate: float = 1.0
+    burstiness: float = 1.0
+    #: open loop: most requests in flight per user (None: unbounded)
+    max_concurrency: int | None = None
+    #: closed loop: seconds between a response and the next request, e.g. ``arrivals.think_time("exp", 2)``
+    think: Any = None
+
     def __init__(self, environment: Any) -> None:
         super().__init__(environment)
         self._backend: Backend = get_backend(self.backend)
@@ -85,17 +96,6 @@ class LLMUser(FastHttpUser):
         self._headers = headers
         self._pool = Pool(self.host or environment.host or "", connect_timeout=self.connection_timeout,
                           read_timeout=self.network_timeout)
-
-    #: "closed" (send, wait for the stream, think, repeat) or "open" (Poisson/gamma arrivals at ``request_rate``
-    #: spread over all users, each request in its own greenlet, independent of responses)
-    arrival: str = "closed"
-    #: open loop: requests/s for the whole test (all users, all workers together); changes apply within 0.5 s
-    request_rate: float = 1.0
-    burstiness: float = 1.0
-    #: open loop: most requests in flight per user (None: unbounded)
-    max_concurrency: int | None = None
-    #: closed loop: seconds between a response and the next request, e.g. ``arrivals.think_time("exp", 2)``
-    think: Any = None
 
     def wait_time(self) -> float:
         return float(self.think()) if self.think is not None else 0.0
