@@ -5,25 +5,18 @@ from __future__ import annotations
 import os
 import re
 import selectors
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support import end_process, llmload_command, locust_command, offline_env
 
 _LISTENING = re.compile(rb"llmload sim listening on http://127\.0\.0\.1:(\d+)")
 
 
-def llmload_command() -> list[str]:
-    """The installed ``llmload`` console script next to this interpreter (not a pyenv shim), else ``-c``."""
-    script = Path(sys.executable).with_name("llmload")
-    if script.exists():
-        return [str(script)]
-    return [sys.executable, "-c", "import sys; from llmload.cli import main; sys.exit(main())"]
 
 
 @dataclass
@@ -52,21 +45,8 @@ class Sim:
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    """Terminate the process we started, by PID, then SIGKILL whatever is left of the process group we
-    created for it (its forked workers, should they outlive it)."""
-    if proc.poll() is None:
-        try:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-        except ProcessLookupError:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the group start_new_session made for this process: ours only
-    except (ProcessLookupError, PermissionError):
-        pass
+    """End a simulator we started (and its forked workers), then close its output pipe."""
+    end_process(proc, grace=5.0)
     if proc.stdout is not None:
         proc.stdout.close()
 
@@ -152,42 +132,12 @@ def start_sim_module(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Calla
 
 # -- llmload bench / locust as child processes (issue 3's integration tests) ------------------------------
 
-_CHILD_ENV_DROP = ("OPENAI_API_KEY", "LLMLOAD_DEBUG", "HF_ENDPOINT")
 
 
-def offline_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for a child that must never touch the network: Hugging Face offline, no API key, no
-    ``LLMLOAD_*`` settings leaking in from the caller, loopback never proxied; ``extra`` on top."""
-    env = {k: v for k, v in os.environ.items() if k not in _CHILD_ENV_DROP and not k.startswith("LLMLOAD_")}
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", PYTHONUNBUFFERED="1",
-               NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
-    env.update(extra or {})
-    return env
 
 
-def locust_command() -> list[str]:
-    """The installed ``locust`` console script next to this interpreter, else ``python -m locust``."""
-    script = Path(sys.executable).with_name("locust")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "locust"]
 
 
-def _end_child(proc: subprocess.Popen, grace: float = 10.0) -> None:
-    """Stop a child we started, by its PID: SIGTERM (llmload bench then stops the simulator it started),
-    then SIGKILL to the process group start_new_session made for it."""
-    if proc.poll() is None:
-        try:
-            os.kill(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
-        except ProcessLookupError:
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    if proc.poll() is None:
-        proc.wait(timeout=5)
 
 
 @dataclass
@@ -251,12 +201,12 @@ class ChildRunner:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _end_child(proc)
+            end_process(proc)
             out, err = proc.communicate()
             run = ChildRun(argv, proc.returncode, out, err, result_dir)
             pytest.fail(f"timed out after {timeout} s\n{run.describe()}")
         finally:
-            _end_child(proc)
+            end_process(proc)
             self.live.remove(proc)
         return ChildRun(argv, proc.returncode, out, err, result_dir)
 
@@ -279,7 +229,7 @@ class ChildRunner:
 
     def close(self) -> None:
         for proc in list(self.live):
-            _end_child(proc)
+            end_process(proc)
 
 
 @pytest.fixture

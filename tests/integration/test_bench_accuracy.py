@@ -6,24 +6,11 @@ import json
 from pathlib import Path
 
 import numpy as np
+from support import match_trace
 
 BOUND_MS = 1.0
 
 
-def _match(records: list[dict], trace: list[dict]) -> list[tuple[dict, dict]]:
-    """Pair each client record with the server's trace line for the same request (X-Request-Id = client_id).
-
-    The initial probe request reuses the first sample's id, so for an id seen twice take the first trace line
-    the server received after the record's send time."""
-    by_id: dict[str, list[dict]] = {}
-    for line in trace:
-        by_id.setdefault(line["client_id"], []).append(line)
-    pairs = []
-    for rec in records:
-        candidates = [t for t in by_id.get(rec["request_id"], []) if t["received"] >= rec["start"]]
-        assert candidates, f"no trace line for request {rec['request_id']!r} received after its send time"
-        pairs.append((rec, min(candidates, key=lambda t: t["received"])))
-    return pairs
 
 
 def _stats_ms(values_s: list[float]) -> str:
@@ -45,7 +32,7 @@ def _accuracy(child_runner, start_sim, tmp_path: Path, prompts: int, concurrency
     failed = [r for r in records if not r["success"]]
     assert not failed, f"{len(failed)} failed: {failed[0]['error']}"
     trace = [json.loads(line) for line in trace_path.read_text().splitlines() if line.strip()]
-    pairs = _match(records, trace)
+    pairs = match_trace(records, trace)
 
     ttft_diff: list[float] = []
     itl_diff: list[float] = []

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+from support import match_trace
 
 TTFT_MS = 200
 OUT_LEN = 12
@@ -18,18 +19,6 @@ def read_trace(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def match_trace(records: list[dict], trace: list[dict]) -> list[tuple[dict, dict]]:
-    """Pair each record with the server's line for it: same X-Request-Id, the first one received after the
-    record's send time (the probe request and earlier runs reuse sample ids)."""
-    by_id: dict[str, list[dict]] = {}
-    for line in trace:
-        by_id.setdefault(line["client_id"], []).append(line)
-    pairs = []
-    for rec in records:
-        candidates = [t for t in by_id.get(rec["request_id"], []) if t["received"] >= rec["start"]]
-        assert candidates, f"the server has no request {rec['request_id']!r} sent at {rec['start']}"
-        pairs.append((rec, min(candidates, key=lambda t: t["received"])))
-    return pairs
 
 
 class SimPool:

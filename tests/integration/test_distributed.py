@@ -6,9 +6,7 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -17,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import end_process, free_port, llmload_command, locust_command, offline_env
 
 pytestmark = pytest.mark.slow
 
@@ -31,29 +30,12 @@ SIM_TIMING = "--ttft-ms 20 --itl-ms 5"
 
 # -- process bookkeeping -----------------------------------------------------------------------------------
 
-def llmload_command() -> list[str]:
-    script = Path(sys.executable).with_name("llmload")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "llmload.cli"]
 
 
-def locust_command() -> list[str]:
-    script = Path(sys.executable).with_name("locust")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "locust"]
 
 
-def offline_env() -> dict[str, str]:
-    """Never the network: Hugging Face offline, no API key or LLMLOAD_* settings from the caller."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("OPENAI_API_KEY", "HF_ENDPOINT") and not k.startswith("LLMLOAD_")}
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", PYTHONUNBUFFERED="1",
-               NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
-    return env
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _alive_and_ours(pid: int, marker: str) -> bool:
@@ -92,18 +74,7 @@ class Procs:
 
     def close(self) -> None:
         for proc, _, _ in self.procs:
-            if proc.poll() is None:
-                try:
-                    os.kill(proc.pid, signal.SIGTERM)
-                    proc.wait(timeout=10)
-                except (subprocess.TimeoutExpired, ProcessLookupError):
-                    pass
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # the session start_new_session made for it: ours only
-            except (ProcessLookupError, PermissionError):
-                pass
-            if proc.poll() is None:
-                proc.wait(timeout=5)
+            end_process(proc)
         for pid, marker in self.groups.items():
             if _alive_and_ours(pid, marker):
                 try:

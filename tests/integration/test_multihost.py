@@ -6,7 +6,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import end_process, llmload_command, offline_env
 
 pytestmark = pytest.mark.slow
 
@@ -22,16 +22,8 @@ MASTER_ADDR, WORKER_ADDR, PREFIX = "169.254.77.1", "169.254.77.2", 30
 PROMPTS = 40
 
 
-def _llmload() -> list[str]:
-    script = Path(sys.executable).with_name("llmload")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "llmload.cli"]
 
 
-def _offline_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("OPENAI_API_KEY", "HF_ENDPOINT") and not k.startswith("LLMLOAD_")}
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", PYTHONUNBUFFERED="1")
-    return env
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -100,25 +92,14 @@ class Children:
         out, err = self.tmp / f"{name}.stdout", self.tmp / f"{name}.stderr"
         with open(out, "wb") as fo, open(err, "wb") as fe:
             # `ip netns exec` execs the command: the PID is the program's, and its session is its own
-            proc = subprocess.Popen(argv, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL, env=_offline_env(),
+            proc = subprocess.Popen(argv, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL, env=offline_env(),
                                     start_new_session=True)
         self.procs.append(proc)
         return proc, out, err
 
     def close(self) -> None:
         for proc in reversed(self.procs):
-            if proc.poll() is None:
-                try:
-                    os.kill(proc.pid, signal.SIGTERM)
-                    proc.wait(timeout=10)
-                except (subprocess.TimeoutExpired, ProcessLookupError):
-                    pass
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            if proc.poll() is None:
-                proc.wait(timeout=5)
+            end_process(proc)
 
 
 @pytest.fixture
@@ -146,7 +127,7 @@ def _wait_for(path: Path, pattern: str, proc: subprocess.Popen, timeout: float) 
 def test_master_and_worker_in_separate_network_namespaces(hosts: Hosts, children: Children, tmp_path: Path) -> None:
     sim_trace = tmp_path / "sim.jsonl"
     sim, sim_out, _ = children.start("sim", [
-        *hosts.exec(hosts.master), *_llmload(), "sim", "--host", MASTER_ADDR, "--port", "0", "--ttft-ms", "10",
+        *hosts.exec(hosts.master), *llmload_command(), "sim", "--host", MASTER_ADDR, "--port", "0", "--ttft-ms", "10",
         "--itl-ms", "5", "--tokenizer", "builtin", "--trace-file", str(sim_trace)])
     url = _wait_for(sim_out, rf"listening on (http://{re.escape(MASTER_ADDR)}:\d+)\b", sim, 30).group(1)
 
@@ -154,14 +135,14 @@ def test_master_and_worker_in_separate_network_namespaces(hosts: Hosts, children
     # the defaults across hosts: the master binds all interfaces on 5557, the worker needs only the master's
     # address (the namespaces are fresh, so 5557 is free in them)
     master, m_out, m_err = children.start("master", [
-        *hosts.exec(hosts.master), *_llmload(), "bench", "--base-url", url, "--tokenizer", "builtin", "--master",
+        *hosts.exec(hosts.master), *llmload_command(), "bench", "--base-url", url, "--tokenizer", "builtin", "--master",
         "--expect-workers", "1", "--expect-workers-max-wait", "60", "--num-prompts", str(PROMPTS),
         "--constant-rate", "--request-rate", "20", "--sharegpt-output-len", "20", "--ignore-eos", "--save-result",
         "--disable-tqdm", "--result-dir", str(result_dir)])
     _wait_for(m_err, r"waiting for 1 workers", master, 60)
     before = hosts.tx_bytes(hosts.worker, hosts.worker_if)
     worker, _, w_err = children.start("worker", [
-        *hosts.exec(hosts.worker), *_llmload(), "bench", "--worker", "--master-host", MASTER_ADDR])
+        *hosts.exec(hosts.worker), *llmload_command(), "bench", "--worker", "--master-host", MASTER_ADDR])
     try:
         rc = master.wait(timeout=90)
     except subprocess.TimeoutExpired:

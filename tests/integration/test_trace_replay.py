@@ -6,12 +6,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from support import end_process, llmload_command, offline_env
 
 pytestmark = pytest.mark.slow
 
@@ -22,17 +22,8 @@ BOUND_MS = 5.0
 SIM_ARGS = "--ttft-ms 5 --itl-ms 2 --tokens-per-chunk 16"
 
 
-def _offline_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("OPENAI_API_KEY", "HF_ENDPOINT") and not k.startswith("LLMLOAD_")}
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", PYTHONUNBUFFERED="1",
-               NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
-    return env
 
 
-def _llmload() -> list[str]:
-    script = Path(sys.executable).with_name("llmload")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "llmload.cli"]
 
 
 def _window() -> pd.DataFrame:
@@ -57,11 +48,11 @@ def test_azure_conversation_trace_replay_5_minutes_at_20x(tmp_path: Path) -> Non
     win = _window()
     sim_trace = tmp_path / "sim.jsonl"
     result_dir = tmp_path / "result"
-    argv = [*_llmload(), "bench", "--sim-args", f"{SIM_ARGS} --trace-file {sim_trace}", "--dataset-name", "trace",
+    argv = [*llmload_command(), "bench", "--sim-args", f"{SIM_ARGS} --trace-file {sim_trace}", "--dataset-name", "trace",
             "--dataset-path", str(TRACE), "--trace-start", f"{START_S:g}", "--trace-duration", f"{DURATION_S:g}",
             "--time-scale", f"{SCALE:g}", "--save-result", "--disable-tqdm", "--result-dir", str(result_dir)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            text=True, env=_offline_env(), start_new_session=True)
+                            text=True, env=offline_env(), start_new_session=True)
     try:
         out, err = proc.communicate(timeout=150)
     except subprocess.TimeoutExpired:
@@ -69,10 +60,7 @@ def test_azure_conversation_trace_replay_5_minutes_at_20x(tmp_path: Path) -> Non
         out, err = proc.communicate(timeout=20)
         pytest.fail(f"the replay did not finish in 150 s\n{out[-3000:]}\n{err[-3000:]}")
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # its own session: ours only
-        except (ProcessLookupError, PermissionError):
-            pass
+        end_process(proc)  # and whatever is left of its own session
     assert proc.returncode == 0, f"exit {proc.returncode}\n{out[-3000:]}\n{err[-3000:]}"
 
     [result_path] = sorted(result_dir.glob("*.json"))

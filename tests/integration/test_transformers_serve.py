@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import end_process, free_port
 
 pytest.importorskip("torch")
 pytest.importorskip("fastapi")  # transformers[serving]
@@ -68,10 +67,6 @@ def build_model(path: Path) -> None:
         (path / name).write_text(json.dumps(data, indent=2))
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def transformers_cli() -> list[str]:
@@ -116,18 +111,7 @@ def engine(tmp_path_factory) -> Iterator[tuple[str, Path]]:
             time.sleep(0.5)
         yield url, model_dir
     finally:
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # the group start_new_session made for it
-        except (ProcessLookupError, PermissionError):
-            pass
-        if proc.poll() is None:
-            proc.wait(timeout=10)
+        end_process(proc, grace=15.0)
 
 
 def test_bench_against_transformers_serve(child_runner, engine) -> None:

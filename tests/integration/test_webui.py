@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from support import end_process, free_port, offline_env
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCUSTFILE = "locustfiles/sharegpt.py"
@@ -26,12 +26,6 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 UPDATE_DOCS_ENV = "LLMLOAD_UPDATE_SCREENSHOT"
 
 
-def offline_env() -> dict[str, str]:
-    """No network for children: Hugging Face offline, no API key or LLMLOAD_* settings from the caller."""
-    env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY" and not k.startswith("LLMLOAD_")}
-    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1",
-               NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
-    return env
 
 
 def script(name: str) -> list[str]:
@@ -40,26 +34,8 @@ def script(name: str) -> list[str]:
     return [str(path)] if path.exists() else [sys.executable, "-m", "llmload.cli" if name == "llmload" else name]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
-def end(proc: subprocess.Popen) -> None:
-    """Stop a child we started, by its PID, then whatever is left of the session it leads (its workers)."""
-    if proc.poll() is None:
-        try:
-            os.kill(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=15)
-        except (subprocess.TimeoutExpired, ProcessLookupError):
-            pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    if proc.poll() is None:
-        proc.wait(timeout=5)
 
 
 class Web:
@@ -119,7 +95,7 @@ def start_web(tmp_path: Path) -> Iterator[Callable[..., Web]]:
         yield start
     finally:
         for proc in procs:
-            end(proc)
+            end_process(proc, grace=15.0)
 
 
 def locust_args(sim_url: str, *extra: str) -> list[str]:

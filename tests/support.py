@@ -1,0 +1,78 @@
+"""Helpers the test files share: starting and stopping child processes, keeping them off the network.
+
+Importable as ``support`` from any test (pytest puts ``tests/`` on ``sys.path`` for its conftest).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+#: never handed to a child: keys, debug switches, a hub endpoint
+_CHILD_ENV_DROP = ("OPENAI_API_KEY", "LLMLOAD_DEBUG", "HF_ENDPOINT")
+
+
+def llmload_command() -> list[str]:
+    """The installed ``llmload`` console script next to this interpreter (not a pyenv shim), else ``-c``."""
+    script = Path(sys.executable).with_name("llmload")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "import sys; from llmload.cli import main; sys.exit(main())"]
+
+
+def locust_command() -> list[str]:
+    """The installed ``locust`` console script next to this interpreter, else ``python -m locust``."""
+    script = Path(sys.executable).with_name("locust")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "locust"]
+
+
+def offline_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for a child that must never touch the network: Hugging Face offline, no API key, no
+    ``LLMLOAD_*`` settings leaking in from the caller, loopback never proxied; ``extra`` on top."""
+    env = {k: v for k, v in os.environ.items() if k not in _CHILD_ENV_DROP and not k.startswith("LLMLOAD_")}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", PYTHONUNBUFFERED="1",
+               NO_PROXY="127.0.0.1,localhost", no_proxy="127.0.0.1,localhost")
+    env.update(extra or {})
+    return env
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def end_process(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """Stop a child we started, by its PID: SIGTERM (llmload bench then stops the simulator it started), then
+    SIGKILL to the process group ``start_new_session`` made for it (its workers, should they outlive it)."""
+    if proc.poll() is None:
+        try:
+            os.kill(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=grace)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the group start_new_session made for this process: ours only
+    except (ProcessLookupError, PermissionError):
+        pass
+    if proc.poll() is None:
+        proc.wait(timeout=5)
+
+
+def match_trace(records: list[dict], trace: list[dict]) -> list[tuple[dict, dict]]:
+    """Pair each client record with the simulator's trace line for it: same X-Request-Id, the first one the
+    server received after the record's send time (the probe request and earlier runs reuse sample ids)."""
+    by_id: dict[str, list[dict]] = {}
+    for line in trace:
+        by_id.setdefault(line["client_id"], []).append(line)
+    pairs = []
+    for rec in records:
+        candidates = [t for t in by_id.get(rec["request_id"], []) if t["received"] >= rec["start"]]
+        assert candidates, f"the server has no request {rec['request_id']!r} received after {rec['start']}"
+        pairs.append((rec, min(candidates, key=lambda t: t["received"])))
+    return pairs
