@@ -2,33 +2,38 @@
 
 from __future__ import annotations
 
-import os
 import re
 import selectors
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 
+from llmload.children import start_child, stop_child
 from llmload.errors import LLMLoadError
 
 _READY = re.compile(r"listening on (http://\S+)")
 
 
 class SimProcess:
-    """A running simulator; use as a context manager or call :meth:`stop`."""
+    """A running simulator; use as a context manager or call :meth:`stop`.
+
+    The simulator dies with this process (:mod:`llmload.children`), and is stopped if start-up is interrupted.
+    """
 
     def __init__(self, args: Sequence[str] = (), *, timeout_s: float = 60.0, quiet: bool = True) -> None:
         cmd = [sys.executable, "-m", "llmload.cli", "sim", "--host", "127.0.0.1", "--port", "0", *args]
-        self.proc = subprocess.Popen(
+        self.proc = start_child(
             cmd,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL if quiet else None,
             text=True,
-            start_new_session=True,
         )
-        self.url = self._wait_ready(timeout_s)
+        try:
+            self.url = self._wait_ready(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
 
     def _wait_ready(self, timeout_s: float) -> str:
         assert self.proc.stdout is not None
@@ -52,15 +57,7 @@ class SimProcess:
         return self.proc.pid
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-            except ProcessLookupError:
-                pass
+        stop_child(self.proc, timeout_s)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
 

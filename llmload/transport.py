@@ -35,18 +35,31 @@ SO_TIMESTAMPNS = 35
 _CMSG_SPACE = 64
 #: longest stretch of greenlet work between two polls for arriving data
 SWITCH_INTERVAL_S = 0.0005
+#: how often the watchdog checks read and request timeouts
+WATCH_INTERVAL_S = 0.25
 OnLines = Callable[["Response", int], None] | None
+
+
+#: what went wrong on the wire, as :attr:`HTTPError.kind` (llmload.failures maps these to failure kinds)
+CONNECT = "connect"
+READ_TIMEOUT = "read_timeout"
+REQUEST_TIMEOUT = "request_timeout"
+DISCONNECT = "disconnect"
+MALFORMED_HTTP = "malformed_http"
 
 
 class HTTPError(Exception):
     """The connection broke or the server spoke something we cannot parse.
 
-    ``response`` holds what arrived before the failure (status, headers, timestamped lines), if anything.
+    ``response`` holds what arrived before the failure (status, headers, timestamped lines), if anything;
+    ``kind`` says what failed: :data:`CONNECT`, :data:`READ_TIMEOUT`, :data:`REQUEST_TIMEOUT`,
+    :data:`DISCONNECT` or :data:`MALFORMED_HTTP`.
     """
 
-    def __init__(self, message: str, response: Response | None = None) -> None:
+    def __init__(self, message: str, response: Response | None = None, kind: str = DISCONNECT) -> None:
         super().__init__(message)
         self.response = response
+        self.kind = kind
 
 
 class Response:
@@ -91,7 +104,7 @@ class ResponseParser:
             end = raw.find(b"\r\n\r\n")
             if end < 0:
                 if len(raw) > 1 << 20:
-                    raise HTTPError("response headers larger than 1 MiB", self.resp)
+                    raise HTTPError("response headers larger than 1 MiB", self.resp, MALFORMED_HTTP)
                 self._raw = raw
                 return False
             self._parse_head(raw[:end], t)
@@ -144,7 +157,7 @@ class ResponseParser:
             version, status = lines[0].split(" ", 2)[:2]
             resp.status = int(status)
         except ValueError:
-            raise HTTPError(f"malformed status line: {lines[0][:80]!r}", resp) from None
+            raise HTTPError(f"malformed status line: {lines[0][:80]!r}", resp, MALFORMED_HTTP) from None
         for line in lines[1:]:
             name, _, value = line.partition(":")
             resp.headers[name.strip().lower()] = value.strip()
@@ -155,7 +168,8 @@ class ResponseParser:
             try:
                 self._remaining = int(resp.headers["content-length"])
             except ValueError:
-                raise HTTPError(f"bad Content-Length: {resp.headers['content-length']!r}", resp) from None
+                raise HTTPError(f"bad Content-Length: {resp.headers['content-length']!r}", resp,
+                                MALFORMED_HTTP) from None
             self._mode = "length"
         else:
             self._mode = "close"
@@ -190,7 +204,8 @@ class ResponseParser:
             try:
                 size = int(raw[pos:i].split(b";", 1)[0], 16)
             except ValueError:
-                raise HTTPError(f"malformed chunk size line: {raw[pos:i][:40]!r}", self.resp) from None
+                raise HTTPError(f"malformed chunk size line: {raw[pos:i][:40]!r}", self.resp,
+                                MALFORMED_HTTP) from None
             if size == 0:
                 # the last chunk, then optional trailers and an empty line
                 j = i + 2 if raw[i + 2 : i + 4] == b"\r\n" else raw.find(b"\r\n\r\n", i + 2)
@@ -221,7 +236,7 @@ class ResponseParser:
 
 
 class Connection:
-    __slots__ = ("buf", "deadline", "raw", "sock", "stamped", "timed_out", "timeout")
+    __slots__ = ("buf", "deadline", "raw", "request_deadline", "sock", "stamped", "timed_out", "timeout")
 
     def __init__(self, sock: socket.socket, timeout: float) -> None:
         self.sock = sock
@@ -233,6 +248,8 @@ class Connection:
         self.buf = b""
         #: when the watchdog gives up on this connection if no data arrives (0: idle)
         self.deadline = 0.0
+        #: when the whole request must be over (0: no limit); set per request by :class:`Pool`
+        self.request_deadline = 0.0
         self.timed_out = False
         self.timeout = timeout
 
@@ -323,7 +340,7 @@ class Reactor:
                 continue
             except OSError as exc:
                 self._fail(fd, w, HTTPError(
-                    f"{type(exc).__name__}: {exc} after {len(w.parser.resp.lines)} lines", w.parser.resp))
+                    f"{type(exc).__name__}: {exc} after {len(w.parser.resp.lines)} lines", w.parser.resp, DISCONNECT))
                 continue
             t = perf_counter()
             if ancillary:
@@ -345,7 +362,8 @@ class Reactor:
             except HTTPError as exc:
                 self._fail(fd, w, exc)
             except Exception as exc:  # a live listener's bug fails its own request, never the reactor
-                self._fail(fd, w, HTTPError(f"{type(exc).__name__} in a stream listener: {exc}", w.parser.resp))
+                self._fail(fd, w, HTTPError(f"{type(exc).__name__} in a stream listener: {exc}", w.parser.resp,
+                                            "client_error"))
 
     def _complete(self, fd: int, w: _Waiting) -> None:
         self._detach(fd)
@@ -363,20 +381,32 @@ class Reactor:
                 pass
 
     def _watch(self) -> None:
-        """Fail requests that received nothing for their read timeout (one check a second for all)."""
+        """Fail requests that received nothing for their read timeout, or ran past their request timeout
+        (checked every :data:`WATCH_INTERVAL_S` for all streams at once, so a limit may be exceeded by that much)."""
         try:
             while self.waiting:
-                self._gevent.sleep(1.0)
+                self._gevent.sleep(WATCH_INTERVAL_S)
                 self.clock_offset = _clock_offset()
                 now = perf_counter()
                 for fd, w in list(self.waiting.items()):
-                    if w.conn.deadline and now > w.conn.deadline:
-                        w.conn.timed_out = True
-                        self._fail(fd, w, HTTPError(
-                            f"timed out: no data for {w.conn.timeout:g} s after {len(w.parser.resp.lines)} lines",
-                            w.parser.resp))
+                    conn = w.conn
+                    if conn.request_deadline and now > conn.request_deadline:
+                        conn.timed_out = True
+                        self._fail(fd, w, request_timed_out(w.parser.resp))
+                    elif conn.deadline and now > conn.deadline:
+                        conn.timed_out = True
+                        self._fail(fd, w, read_timed_out(conn.timeout, w.parser.resp))
         finally:
             self._watchdog = None
+
+
+def read_timed_out(timeout: float, resp: Response) -> HTTPError:
+    return HTTPError(f"timed out: no data for {timeout:g} s after {len(resp.lines)} lines", resp, READ_TIMEOUT)
+
+
+def request_timed_out(resp: Response) -> HTTPError:
+    return HTTPError(f"timed out: the request took longer than its limit, after {len(resp.lines)} lines", resp,
+                     REQUEST_TIMEOUT)
 
 
 def read_lag_percentile(p: float) -> float | None:
@@ -427,24 +457,44 @@ def _get_reactor() -> Reactor | None:
 
 
 class Pool:
-    """Keep-alive connections to one origin; LIFO so a warm connection is reused first."""
+    """Keep-alive connections to one origin; LIFO so a warm connection is reused first.
 
-    def __init__(self, base_url: str, *, connect_timeout: float = 30.0, read_timeout: float = 600.0) -> None:
+    ``connect_timeout`` bounds opening a connection, ``read_timeout`` a gap with no data, ``request_timeout``
+    (None: none) the whole request from the moment its bytes go out. ``user:password@`` in ``base_url`` is sent
+    as HTTP Basic authentication and never appears in a message.
+    """
+
+    def __init__(self, base_url: str, *, connect_timeout: float = 30.0, read_timeout: float = 600.0,
+                 request_timeout: float | None = None) -> None:
+        from llmload.urls import basic_auth, redact_url
+
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ConfigError(f"not an http(s) URL: {base_url!r}")
+            raise ConfigError(f"not an http(s) URL: {redact_url(base_url)!r}")
         self.tls = parts.scheme == "https"
         self.host = parts.hostname
         self.port = parts.port or (443 if self.tls else 80)
         self.prefix = parts.path.rstrip("/")
         self.host_header = parts.netloc.rsplit("@", 1)[-1]
+        #: ``Authorization`` value from credentials in the URL (used unless a request sets its own)
+        self.authorization = basic_auth(base_url)
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
+        self.request_timeout = request_timeout
         self._idle: list[Connection] = []
         self._ssl = ssl.create_default_context() if self.tls else None
 
     def _connect(self) -> Connection:
-        sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
+        except TimeoutError:
+            raise HTTPError(f"connect to {self.host}:{self.port} timed out after {self.connect_timeout:g} s",
+                            None, CONNECT) from None
+        except ConnectionRefusedError:
+            raise HTTPError(f"connection refused by {self.host}:{self.port}", None, CONNECT) from None
+        except OSError as exc:
+            raise HTTPError(f"cannot connect to {self.host}:{self.port}: {exc.strerror or exc}", None,
+                            CONNECT) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         stamped = False
         if self._ssl is None:
@@ -454,7 +504,11 @@ class Pool:
             except OSError:
                 pass
         else:
-            sock = self._ssl.wrap_socket(sock, server_hostname=self.host)
+            try:
+                sock = self._ssl.wrap_socket(sock, server_hostname=self.host)
+            except (OSError, ssl.SSLError) as exc:
+                sock.close()
+                raise HTTPError(f"TLS handshake with {self.host}:{self.port} failed: {exc}", None, CONNECT) from None
         sock.settimeout(None)
         conn = Connection(sock, self.read_timeout)
         conn.stamped = stamped and sys.platform.startswith("linux")
@@ -471,6 +525,8 @@ class Pool:
         ``before_send()`` runs once a connection is in hand, immediately before the bytes go out (the ``st``
         of DESIGN §3: connection set-up is not part of TTFT)."""
         head = [f"{method} {self.prefix}{path} HTTP/1.1", f"Host: {self.host_header}", f"Content-Length: {len(body)}"]
+        if self.authorization and "Authorization" not in headers:
+            head.append(f"Authorization: {self.authorization}")
         head.extend(f"{k}: {v}" for k, v in headers.items())
         data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
         reused = bool(self._idle)
@@ -488,10 +544,12 @@ class Pool:
         except BaseException as exc:
             conn.close()
             if isinstance(exc, OSError) and not isinstance(exc, HTTPError):
-                what = "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
-                raise HTTPError(what, None) from exc
+                if isinstance(exc, TimeoutError):
+                    raise HTTPError("timed out sending the request", None, READ_TIMEOUT) from exc
+                raise HTTPError(f"{type(exc).__name__}: {exc}", None, DISCONNECT) from exc
             raise
         conn.deadline = 0.0
+        conn.request_deadline = 0.0
         conn.buf = parser.leftover
         if parser.resp.reusable:
             self._idle.append(conn)
@@ -503,6 +561,7 @@ class Pool:
                   before_send: Callable[[], None] | None = None) -> ResponseParser:
         if before_send is not None:
             before_send()
+        conn.request_deadline = perf_counter() + self.request_timeout if self.request_timeout else 0.0
         conn.sock.sendall(data)
         parser = ResponseParser(on_lines)
         if conn.buf:
@@ -515,10 +574,21 @@ class Pool:
             return parser
         # TLS (the record layer needs the ssl object's own reads) or no epoll: read this socket directly
         recv = conn.sock.recv
-        conn.sock.settimeout(conn.timeout)
         try:
             while True:
-                chunk = recv(RECV_SIZE)
+                timeout = conn.timeout
+                if conn.request_deadline:
+                    left = conn.request_deadline - perf_counter()
+                    if left <= 0:
+                        raise request_timed_out(parser.resp)
+                    timeout = min(timeout, left)
+                conn.sock.settimeout(timeout)
+                try:
+                    chunk = recv(RECV_SIZE)
+                except TimeoutError:
+                    if conn.request_deadline and perf_counter() >= conn.request_deadline:
+                        raise request_timed_out(parser.resp) from None
+                    raise
                 t = perf_counter()
                 if not chunk:
                     parser.eof(t)
@@ -526,10 +596,12 @@ class Pool:
                 if parser.feed(chunk, t):
                     return parser
         except TimeoutError:
-            raise HTTPError(f"timed out: no data for {conn.timeout:g} s after {len(parser.resp.lines)} lines",
-                            parser.resp) from None
+            raise read_timed_out(conn.timeout, parser.resp) from None
+        except HTTPError:
+            raise
         except OSError as exc:
-            raise HTTPError(f"{type(exc).__name__}: {exc} after {len(parser.resp.lines)} lines", parser.resp) from exc
+            raise HTTPError(f"{type(exc).__name__}: {exc} after {len(parser.resp.lines)} lines", parser.resp,
+                            DISCONNECT) from exc
         finally:
             conn.sock.settimeout(None)
 
