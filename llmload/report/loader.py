@@ -10,6 +10,10 @@ A RUN is a result JSON in one of two shapes:
                 TPOT excl. 1st ITL, ITL and E2EL are exact, while the figures over time are skipped
 
 Our JSON without a records file but with the ``--save-detailed`` lists is read like vLLM's.
+
+Standard JSON only has finite numbers: an infinite rate is the string ``"inf"`` (vLLM's ``request_rate`` and
+ours), kept as written. Files holding Python's non-JSON ``Infinity`` / ``NaN`` (older llmload versions) are
+still read, those values becoming ``"inf"`` / ``"-inf"`` / ``None`` like our writer's.
 """
 
 from __future__ import annotations
@@ -80,14 +84,31 @@ def _read_json(path: Path) -> dict[str, Any]:
     if path.is_dir():
         raise DatasetError(f"{path}: is a directory, expected a result JSON")
     try:
-        data = orjson.loads(path.read_bytes())
-    except orjson.JSONDecodeError as exc:
-        raise DatasetError(f"{path}: not valid JSON ({exc})") from None
+        raw = path.read_bytes()
     except OSError as exc:
         raise DatasetError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        data = _read_lenient(raw)
+        if data is None:
+            raise DatasetError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(data, dict):
         raise DatasetError(f"{path}: expected a JSON object (a result JSON), found a {type(data).__name__}")
     return data
+
+
+def _read_lenient(raw: bytes) -> Any:
+    """Python's ``Infinity`` / ``-Infinity`` / ``NaN`` (not JSON, but what ``json.dump`` writes by default and
+    what older llmload versions wrote) read as the standard forms our writer uses now: ``"inf"``, ``"-inf"``
+    and ``None``. ``None`` if the bytes are not that either."""
+    import json
+
+    constants = {"Infinity": "inf", "-Infinity": "-inf", "NaN": None}
+    try:
+        return json.loads(raw, parse_constant=lambda name: constants[name])
+    except (ValueError, UnicodeDecodeError):
+        return None
 
 
 def records_file_for(path: Path) -> Path | None:
