@@ -1,4 +1,4 @@
-"""Generate the synthetic ShareGPT-format sample shipped in ``datasets/``.
+"""Generate the synthetic ShareGPT-format sample shipped in the package, ``llmload/data/``.
 
 The real ``ShareGPT_V3_unfiltered_cleaned_split.json`` cannot be downloaded on our build machines,
 so this script writes a stand-in with the same shape: a JSON list of
@@ -20,7 +20,7 @@ below were calibrated with the builtin tokenizer (``llmload/data/tokenizer``, tr
 
 Deterministic: the same seed gives a byte-identical file. Stdlib + numpy only.
 
-    python datasets/make_sharegpt_sample.py            # writes datasets/sharegpt_sample.json[.gz]
+    python datasets/make_sharegpt_sample.py    # writes llmload/data/sharegpt_sample.json[.gz]
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-DEFAULT_OUT = HERE / "sharegpt_sample.json"
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = REPO / "llmload" / "data" / "sharegpt_sample.json"
+"""Inside the package, so that a wheel install carries it (``llmload.datasets.sharegpt`` finds it there)."""
 MAX_PLAIN_BYTES = 8_000_000
 """Above this size the sample is written gzip-compressed as ``sharegpt_sample.json.gz``."""
 

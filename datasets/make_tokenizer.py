@@ -20,9 +20,9 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-DEFAULT_SAMPLE = HERE / "sharegpt_sample.json"
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_SAMPLE = REPO / "llmload" / "data" / "sharegpt_sample.json"
+"""Or its ``.gz``: the synthetic sample that ``make_sharegpt_sample.py`` writes into the package."""
 DEFAULT_OUT = REPO / "llmload" / "data" / "tokenizer"
 VOCAB_SIZE = 8000
 SPECIAL_TOKENS = ["<s>", "</s>", "<unk>", "<pad>"]

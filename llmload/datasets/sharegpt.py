@@ -19,10 +19,10 @@ from __future__ import annotations
 import gzip
 import json
 import random
+from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-import llmload
 from llmload.datasets.base import SampleRequest, Tokenizer, token_len
 from llmload.errors import DatasetError
 
@@ -30,17 +30,21 @@ MIN_LEN = 4
 MAX_PROMPT_LEN = 1024
 MAX_TOTAL_LEN = 2048
 SAMPLE_NAMES = ("sharegpt_sample.json", "sharegpt_sample.json.gz")
-"""The shipped synthetic sample, looked up in this order in the repository's ``datasets/``."""
+"""The shipped synthetic sample, looked up in this order in the package's ``llmload/data/``."""
 
 
 def default_sharegpt_path() -> Path:
-    """The synthetic ShareGPT sample shipped in the repository's ``datasets/`` directory."""
-    folder = Path(llmload.__file__).resolve().parent.parent / "datasets"
+    """The synthetic ShareGPT sample shipped inside the package (``llmload/data/``).
+
+    Found through ``importlib.resources``, so a wheel install (``pip install .``) has it as well as a
+    source checkout; ``datasets/make_sharegpt_sample.py`` writes it there.
+    """
+    folder = Path(str(files("llmload").joinpath("data")))
     for name in SAMPLE_NAMES:
         if (folder / name).is_file():
             return folder / name
     raise DatasetError(
-        f"the bundled ShareGPT sample is not in {folder}: pass --dataset-path "
+        f"the bundled ShareGPT sample is not in {folder}: reinstall llmload or pass --dataset-path "
         "(e.g. ShareGPT_V3_unfiltered_cleaned_split.json)"
     )
 

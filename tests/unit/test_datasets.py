@@ -156,7 +156,7 @@ def test_sharegpt_gzip_is_transparent(labelled, tok, tmp_path):
 
 def test_shipped_sample_resembles_sharegpt_after_filtering(tok):
     path = default_sharegpt_path()
-    assert path.parent.name == "datasets" and path.stat().st_size < 8_000_000
+    assert path.parent.parts[-2:] == ("llmload", "data") and path.stat().st_size < 8_000_000
     turns = [len(c["conversations"]) for c in load_conversations(path)]
     assert 2500 <= len(turns) <= 4000
     assert turns.count(1) > 0 and max(turns) >= 16

@@ -16,7 +16,7 @@ from llmload.tokenizer import load_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 AZURE_CONV = REPO.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
-SHAREGPT_SAMPLE = REPO / "datasets" / "sharegpt_sample.json.gz"
+SHAREGPT_SAMPLE = REPO / "llmload" / "data" / "sharegpt_sample.json.gz"
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,105 @@
+"""A non-editable install carries what ``llmload bench`` needs by default (issue 9, item 13).
+
+Builds a wheel of this checkout, installs it into a fresh virtual environment (system site-packages
+visible, so the dependencies come from there and nothing is downloaded) and runs the default
+``llmload bench`` from a directory outside the checkout: the bundled ShareGPT sample and the builtin
+tokenizer must come from the installed package, not from the source tree.
+"""
+
+from __future__ import annotations
+
+import shutil
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import offline_env
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = "llmload/data/sharegpt_sample.json.gz"
+TOKENIZER = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+#: never copied into the build tree: VCS data, caches, earlier build output
+_COPY_IGNORE = shutil.ignore_patterns(
+    ".git", "__pycache__", "*.egg-info", "build", "dist", ".venv", ".pytest_cache", ".ruff_cache", "results"
+)
+
+
+def _check(argv: list[str], *, cwd: Path, timeout: float = 120.0) -> str:
+    """Run ``argv`` to completion (outside the checkout, offline, no PYTHONPATH); its stdout, or fail."""
+    env = offline_env()
+    env.pop("PYTHONPATH", None)
+    env["PIP_NO_INDEX"] = "1"
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, errors="replace",
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, f"{argv} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh virtual environment with the checkout's wheel installed (``--no-deps``); its directory."""
+    try:  # what --no-build-isolation needs: setuptools >= 70.1 has bdist_wheel built in
+        from setuptools.command.bdist_wheel import bdist_wheel  # noqa: F401
+    except ImportError:
+        pytest.fail("building the wheel offline needs setuptools>=70.1: pip install -e '.[test]'")
+    tmp = tmp_path_factory.mktemp("packaging")
+    # Build from a copy: an in-tree build would leave build/ and *.egg-info in the shared checkout.
+    src = tmp / "src"
+    shutil.copytree(REPO, src, ignore=_COPY_IGNORE)
+    wheels = tmp / "wheels"
+    _check([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
+            str(src)], cwd=tmp)
+    (wheel,) = wheels.glob("llmload-*.whl")
+    env_dir = tmp / "venv"
+    # No pip of its own: the system's pip (visible through --system-site-packages) installs into it.
+    _check([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(env_dir)], cwd=tmp)
+    if sys.prefix != sys.base_prefix:
+        # Run from inside a virtual environment: its packages (locust, transformers, ...) are not the
+        # base interpreter's system site-packages, so make them visible too, after the new venv's own.
+        (py_site,) = (env_dir / "lib").glob("python3*/site-packages")
+        (py_site / "_outer_env.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    python = env_dir / "bin" / "python"
+    _check([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)], cwd=tmp)
+    shutil.rmtree(src)
+    return env_dir
+
+
+def _outside(tmp_path: Path) -> Path:
+    assert REPO not in tmp_path.resolve().parents
+    return tmp_path
+
+
+def test_wheel_carries_sample_and_tokenizer(venv: Path, tmp_path: Path) -> None:
+    out = _check([str(venv / "bin" / "python"), "-c",
+                  "import importlib.metadata as m; print('\\n'.join(str(f) for f in m.files('llmload')))"],
+                 cwd=_outside(tmp_path))
+    files = set(out.split())
+    assert SAMPLE in files, f"the ShareGPT sample is not installed: {sorted(f for f in files if 'data' in f)}"
+    for name in TOKENIZER:
+        assert f"llmload/data/tokenizer/{name}" in files
+    assert not any(f.startswith("datasets/") for f in files)
+
+
+def test_import_comes_from_the_venv(venv: Path, tmp_path: Path) -> None:
+    code = ("import llmload, llmload.datasets.sharegpt as s, llmload.tokenizer as t; "
+            "print(llmload.__file__); print(s.default_sharegpt_path()); print(t.builtin_tokenizer_dir())")
+    lines = _check([str(venv / "bin" / "python"), "-c", code], cwd=_outside(tmp_path)).split()
+    for line in lines:
+        path = Path(line).resolve()
+        assert venv.resolve() in path.parents, f"{path} is not inside the virtual environment {venv}"
+        assert REPO not in path.parents, f"{path} comes from the checkout"
+        assert path.exists()
+
+
+def test_default_bench_runs_outside_the_checkout(venv: Path, tmp_path: Path) -> None:
+    """The default dataset (the bundled sample) and tokenizer, the auto-started simulator: 5 requests."""
+    here = _outside(tmp_path)
+    out = _check([str(venv / "bin" / "llmload"), "bench", "--num-prompts", "5", "--sim-args", "--profile tiny"],
+                 cwd=here, timeout=120)
+    line = next((x for x in out.splitlines() if x.startswith("Successful requests:")), None)
+    assert line is not None, out
+    assert line.split()[-1] == "5", line
