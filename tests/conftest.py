@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support import end_process, llmload_command, locust_command, offline_env
+from support import end_process, llmload_command, locust_command, offline_env, strict_json
 
 _LISTENING = re.compile(rb"llmload sim listening on http://127\.0\.0\.1:(\d+)")
 
@@ -164,9 +164,8 @@ class ChildRun:
         return found[0]
 
     def result(self) -> dict:
-        import json
-
-        return json.loads(self.result_path().read_text())
+        """The result JSON, read as standard JSON: ``Infinity`` / ``NaN`` (not JSON) fail the test."""
+        return strict_json(self.result_path().read_text(), self.result_path())
 
     def records_path(self) -> Path:
         path = self.result_path()

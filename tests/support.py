@@ -12,6 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+#: Slack for any lower bound derived from the simulator's timing (a TTFT at least the simulated TTFT, no chunk
+#: before the server sent it, no request before the client sent it): the client's kernel receive times
+#: converted onto perf_counter differ from a direct CLOCK_MONOTONIC read by ~10-20 us; 3 ms is far above that
+#: and far below any real error (a whole ITL, a counted role chunk).
+CLOCK_SLACK_S = 0.003
+
 #: never handed to a child: keys, debug switches, a hub endpoint
 _CHILD_ENV_DROP = ("OPENAI_API_KEY", "LLMLOAD_DEBUG", "HF_ENDPOINT")
 
@@ -66,13 +72,29 @@ def end_process(proc: subprocess.Popen, grace: float = 10.0) -> None:
 
 def match_trace(records: list[dict], trace: list[dict]) -> list[tuple[dict, dict]]:
     """Pair each client record with the simulator's trace line for it: same X-Request-Id, the first one the
-    server received after the record's send time (the probe request and earlier runs reuse sample ids)."""
+    server received after the record's send time, give or take :data:`CLOCK_SLACK_S` (the probe request and
+    earlier runs reuse sample ids)."""
     by_id: dict[str, list[dict]] = {}
     for line in trace:
         by_id.setdefault(line["client_id"], []).append(line)
     pairs = []
     for rec in records:
-        candidates = [t for t in by_id.get(rec["request_id"], []) if t["received"] >= rec["start"]]
+        candidates = [t for t in by_id.get(rec["request_id"], []) if t["received"] >= rec["start"] - CLOCK_SLACK_S]
         assert candidates, f"the server has no request {rec['request_id']!r} received after {rec['start']}"
         pairs.append((rec, min(candidates, key=lambda t: t["received"])))
     return pairs
+
+
+def _no_constant(name: str):
+    raise AssertionError(f"{name} in a result JSON: not JSON (write_json must write 'inf' or null)")
+
+
+def strict_json(text: str, where: object = "") -> dict:
+    """``json.loads`` that rejects ``Infinity``, ``-Infinity`` and ``NaN``, which Python's json writes and
+    accepts by default but no other JSON reader does."""
+    import json
+
+    try:
+        return json.loads(text, parse_constant=_no_constant)
+    except AssertionError as exc:
+        raise AssertionError(f"{where}: {exc}") from None
