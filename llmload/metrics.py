@@ -10,7 +10,9 @@ Per request (seconds; reported in ms):
     queue time  = start - intended_send                              open loop only, every request sent
 
 Totals over completed requests (``success`` and not ``cut_off``); failed and cut-off requests count 0
-output tokens and are left out of every latency list:
+output tokens and are left out of every latency list. Every request sent is counted once:
+``sent = completed + failed + cut_off``, and ``failures_by_kind`` (kinds of :mod:`llmload.failures`, cut-off
+ones as ``cut_off``) adds up to ``failed + cut_off``.
 
     request_throughput     = completed / duration
     request_goodput        = good / duration    good: every given SLO holds, metric_ms <= slo_ms
@@ -32,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from llmload.errors import ConfigError
+from llmload.failures import kind_of
 from llmload.records import RequestRecord
 
 #: vLLM's ``--percentile-metrics`` names, in the order vLLM reports them
@@ -122,6 +125,15 @@ class BenchmarkMetrics:
     prompt_tokens_server_minus_dataset: int
     #: per record, in input order: counted output tokens (0 unless completed), as vLLM's ``actual_output_lens``
     output_lens: list[int] = field(default_factory=list)
+    #: failed and cut-off requests by kind (:data:`llmload.failures.KINDS`), most frequent first
+    failures_by_kind: dict[str, int] = field(default_factory=dict)
+    #: one error message per kind in ``failures_by_kind`` (the first one seen)
+    failure_examples: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def sent(self) -> int:
+        """Requests sent (or due and cut off): completed + failed + cut off."""
+        return self.completed + self.failed + self.cut_off
 
     def to_result_dict(self) -> dict[str, Any]:
         """The result JSON: vLLM's keys first (selected metrics only), then llmload's own keys."""
@@ -145,6 +157,9 @@ class BenchmarkMetrics:
                 "failed": self.failed,
                 "cut_off": self.cut_off,
                 "total_requests": self.total_requests,
+                "sent": self.sent,
+                "failures_by_kind": dict(self.failures_by_kind),
+                "failure_examples": dict(self.failure_examples),
                 "ttft_rule": self.ttft_rule,
                 "output_tokens_source": dict(self.output_tokens_source),
                 "prompt_tokens_mismatch": self.prompt_tokens_mismatch,
@@ -184,6 +199,21 @@ def tpot_steady_s(record: RequestRecord) -> float | None:
     if out <= 2 or ttft is None or e2el is None or len(record.chunk_times) < 2:
         return None
     return (e2el - ttft - record.itls[0]) / (out - 2)
+
+
+def failure_counts(records: Sequence[RequestRecord]) -> tuple[dict[str, int], dict[str, str]]:
+    """``(count per kind, first message per kind)`` over the records that did not complete, most frequent first
+    (ties by name)."""
+    counts: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+    for r in records:
+        if is_completed(r):
+            continue
+        kind = kind_of(r)
+        counts[kind] += 1
+        examples.setdefault(kind, r.error)
+    order = sorted(counts, key=lambda k: (-counts[k], k))
+    return {k: counts[k] for k in order}, {k: examples[k] for k in order}
 
 
 def _validate(
@@ -292,6 +322,7 @@ def compute_metrics(
     if goodput_slos:
         goodput = sum(_is_good(r, goodput_slos) for r in done) / duration_s
     peak_tokens, peak_active = peak_per_second(done)
+    by_kind, examples = failure_counts(records)
     pcts = tuple(float(p) for p in selected_percentiles)
 
     return BenchmarkMetrics(
@@ -325,6 +356,8 @@ def compute_metrics(
         prompt_tokens_mismatch=len(prompt_diffs),
         prompt_tokens_server_minus_dataset=sum(prompt_diffs),
         output_lens=output_lens,
+        failures_by_kind=by_kind,
+        failure_examples=examples,
     )
 
 

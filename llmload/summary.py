@@ -128,6 +128,7 @@ def format_llmload_block(
         lines.append(int_line("Output tokens counted from:", sources))
     if m.prompt_tokens_mismatch:
         lines.append(int_line("Server prompt tokens differ (requests):", m.prompt_tokens_mismatch))
+    lines += failure_lines(m)
     lines.append(heading("TPOT excl. 1st ITL", "-"))
     lines += _distribution_lines(m.tpot_steady, "TPOT excl. 1st ITL")
     if m.queue_time.count:
@@ -145,6 +146,24 @@ def format_llmload_block(
         lines += _health_lines(client_health)
     lines.append("=" * WIDTH)
     return "\n".join(lines)
+
+
+#: longest example message printed after a failure kind's count
+EXAMPLE_CHARS = 100
+
+
+def failure_lines(metrics: BenchmarkMetrics) -> list[str]:
+    """The "Failures by kind" section: one line per kind (most frequent first) with its count and an example
+    message; nothing when every request completed."""
+    if not metrics.failures_by_kind:
+        return []
+    lines = [heading("Failures by kind", "-")]
+    for kind, n in sorted(metrics.failures_by_kind.items(), key=lambda kv: (-kv[1], kv[0])):
+        example = " ".join(metrics.failure_examples.get(kind, "").split())
+        if len(example) > EXAMPLE_CHARS:
+            example = example[: EXAMPLE_CHARS - 3] + "..."
+        lines.append(f"{kind + ':':<40} {n!s:<10} {example}".rstrip())
+    return lines
 
 
 def _health_lines(health: dict[str, Any]) -> list[str]:

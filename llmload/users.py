@@ -22,9 +22,22 @@ from gevent import idle as gevent_idle
 from locust import FastHttpUser, task
 
 from llmload.backends import Backend, get_backend
-from llmload.backends.base import one_line
+from llmload.backends.base import error_message, one_line
 from llmload.datasets.base import SampleRequest
 from llmload.events import llm_events
+from llmload.failures import (
+    CLIENT_ERROR,
+    CUT_OFF,
+    EMPTY_STREAM,
+    EMPTY_STREAM_MESSAGE,
+    ERROR_EVENT,
+    NOT_STREAMED,
+    NOT_STREAMED_MESSAGE,
+    event_failure,
+    http_kind,
+    is_json_answer,
+    transport_kind,
+)
 from llmload.records import RequestRecord
 from llmload.sse import DONE, parse_line
 from llmload.transport import HTTPError, Pool, Response
@@ -71,6 +84,9 @@ class LLMUser(FastHttpUser):
     #: queueing before the first token can exceed Locust's 60 s default
     network_timeout = 600.0
     connection_timeout = 30.0
+    #: whole-request limit in seconds, however steadily data arrives (None: no limit; ``network_timeout``
+    #: bounds only a gap without data)
+    request_timeout: float | None = None
     #: where :meth:`generate` takes its next sample; set by the locustfile or llmload's options
     workload: ClassVar[Any] = None
 
@@ -208,18 +224,22 @@ class LLMUser(FastHttpUser):
             resp = self._pool.request("POST", self._path, headers, payload, live, sending)
         except (HTTPError, OSError) as exc:
             partial = getattr(exc, "response", None)
-            if partial is not None and live is None and partial.status == 200 and streaming:
-                reader._consume(partial.lines, 0, live=False)  # keep the tokens that did arrive
+            if partial is not None and partial.status:
+                record.status_code = partial.status
+                if live is None and partial.status == 200 and streaming:
+                    reader._consume(partial.lines, 0, live=False)  # keep the tokens that did arrive
             reader.fail_transport(exc)
             exception = exc
         except Exception as exc:
             record.error = one_line(f"{type(exc).__name__}: {exc}")
+            record.failure_kind = CLIENT_ERROR
             exception = exc
         except GreenletExit:
             in_flight.count -= 1
             # the run ended while this request was in flight: count it as cut off, never drop it
             record.cut_off = True
             record.success = False
+            record.failure_kind = CUT_OFF
             record.error = record.error or "cut off: the run ended while this request was in flight"
             llm_events.request_complete.fire(record=record, user=self)
             raise
@@ -309,7 +329,8 @@ class StreamReader:
                 continue
             ev = parse_event(payload, state)
             if ev.error is not None:
-                record.error = ev.error
+                # malformed_event or error_event; the message holds no part of the payload, so failures group
+                record.failure_kind, record.error = event_failure(payload, ev.error)
                 self.done = len(lines)
                 return
             if ev.completion_tokens is not None:
@@ -341,9 +362,19 @@ class StreamReader:
         if resp.status != 200:
             text = resp.body.decode("utf-8", "replace") if resp.body else ""
             record.error = one_line(f"HTTP {resp.status}: {text}")
+            record.failure_kind = http_kind(resp.status)
             return
         if not self.streaming:
             self._finish_whole(resp)
+            return
+        if is_json_answer(resp.headers.get("content-type", "")):
+            # One JSON body for a streaming request: its "TTFT" would be the whole answer's time and its ITLs
+            # nothing, so counting it as a success would put fake numbers into every latency statistic.
+            record.failure_kind, record.error = event_failure(resp.body, NOT_STREAMED_MESSAGE)
+            if record.failure_kind == ERROR_EVENT:  # a JSON error object with status 200
+                record.error = self._body_error(resp.body)
+            else:
+                record.failure_kind, record.error = NOT_STREAMED, NOT_STREAMED_MESSAGE
             return
         if not record.error:
             self._consume(resp.lines, self.done, live=False)
@@ -362,7 +393,16 @@ class StreamReader:
             if record.chunk_times:
                 record.success = True
             else:
-                record.error = "stream ended without any content"
+                record.error = EMPTY_STREAM_MESSAGE
+                record.failure_kind = EMPTY_STREAM
+
+    @staticmethod
+    def _body_error(body: bytes) -> str:
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return "server error"
+        return f"server error: {error_message(data) if isinstance(data, dict) else data}"
 
     def _finish_whole(self, resp: Response) -> None:
         record = self.record
@@ -370,7 +410,7 @@ class StreamReader:
         try:
             text, completion_tokens, prompt_tokens = self.backend.parse_response(resp.body)
         except Exception as exc:
-            record.error = one_line(str(exc))
+            record.failure_kind, record.error = event_failure(resp.body, one_line(str(exc)))
             return
         record.first_token = t
         record.chunk_times.append(t)
@@ -387,14 +427,19 @@ class StreamReader:
     def fail_transport(self, exc: BaseException) -> None:
         """The connection failed or broke mid-stream: keep what arrived, count the request as failed."""
         record = self.record
+        kind = transport_kind(exc)
+        record.failure_kind = kind
         name = type(exc).__name__
-        if isinstance(exc, TimeoutError) or "timed out" in str(exc):
+        if kind == "read_timeout":
             what = f"timed out after {self.user.network_timeout:g} s without data"
+        elif kind == "request_timeout":
+            limit = self.user.request_timeout
+            what = f"the whole request took longer than {limit:g} s" if limit else "the request took too long"
         else:
             what = f"{name}: {exc}"
         if record.chunk_times:
             record.error = one_line(f"stream broken after {len(record.chunk_times)} events: {what}")
-        elif isinstance(exc, ConnectionRefusedError):
+        elif kind == "connect" and isinstance(exc, ConnectionRefusedError):
             record.error = one_line(f"connection refused by {self.user._pool.host}:{self.user._pool.port}")
         else:
             record.error = one_line(f"request failed: {what}")

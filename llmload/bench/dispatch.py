@@ -19,6 +19,7 @@ from gevent.lock import BoundedSemaphore
 from gevent.pool import Group
 
 from llmload.datasets.base import SampleRequest
+from llmload.failures import CUT_OFF
 from llmload.records import RequestRecord
 
 #: the first send happens this long after dispatch starts, so set-up work does not count as lag
@@ -50,6 +51,7 @@ def run_open_loop(
     on_record: Callable[[RequestRecord], None] | None = None,
     stop_timeout: float = 0.0,
     skip: Callable[[int], bool] | None = None,
+    cut_event: Event | None = None,
 ) -> DispatchResult:
     """Send ``samples[i]`` at ``start + offsets[i]``; returns when every request has finished.
 
@@ -57,7 +59,8 @@ def run_open_loop(
 
     ``start_at`` is the perf_counter time of offset 0 (default: now + ``LEAD_S``). ``on_dispatch(i)`` runs as
     request ``i`` is released, ``on_record(record)`` as it ends. When ``stop_event`` is set, dispatching stops,
-    requests in flight get ``stop_timeout`` seconds to finish, and the rest are cut off (recorded as such).
+    requests in flight get ``stop_timeout`` seconds to finish (until ``cut_event`` is set), and the rest are cut
+    off (recorded as such).
     """
     result = DispatchResult()
     slots = BoundedSemaphore(max_concurrency) if max_concurrency else None
@@ -74,6 +77,7 @@ def run_open_loop(
             if not record.cut_off:  # killed while waiting for a slot, before send() began
                 record.cut_off = True
                 record.success = False
+                record.failure_kind = CUT_OFF
                 record.error = "cut off: the run was stopped before this request was sent"
             raise
         finally:
@@ -102,12 +106,7 @@ def run_open_loop(
             on_dispatch(i)
         group.spawn(one, sample, intended, record)
     if stop_event is not None:
-        # wait for the requests in flight; once stopped, give them stop_timeout, then cut them off
-        while group and not stop_event.is_set():
-            stop_event.wait(0.1)
-        if group and stop_timeout > 0:
-            group.join(timeout=stop_timeout)
-        group.kill(block=True)
+        drain(group, stop_event, stop_timeout, cut_event)
     else:
         group.join()
     result.end = perf_counter()
@@ -123,6 +122,7 @@ def run_closed_loop(
     *,
     stop_event: Event | None = None,
     stop_timeout: float = 0.0,
+    cut_event: Event | None = None,
 ) -> DispatchResult:
     """``users`` loops that each take the next sample, stream it, then pause ``think()`` seconds."""
     result = DispatchResult()
@@ -138,6 +138,8 @@ def run_closed_loop(
             except GreenletExit:
                 if not record.cut_off:
                     record.cut_off = True
+                    record.success = False
+                    record.failure_kind = CUT_OFF
                     record.error = "cut off: the run was stopped before this request was sent"
                 raise
             finally:
@@ -150,10 +152,20 @@ def run_closed_loop(
     group = Group()
     for _ in range(users):
         group.spawn(loop)
-    while group and not stop.is_set():
-        stop.wait(0.1)
-    if group and stop_timeout > 0:
-        group.join(timeout=stop_timeout)
-    group.kill(block=True)
+    drain(group, stop, stop_timeout, cut_event)
     result.end = perf_counter()
     return result
+
+
+def drain(group: Group, stop_event: Event, stop_timeout: float, cut_event: Event | None = None) -> None:
+    """Wait for ``group`` to finish; once ``stop_event`` is set, give it ``stop_timeout`` seconds (less if
+    ``cut_event`` is set meanwhile: a second Ctrl-C), then kill what is left (those requests are cut off)."""
+    while group and not stop_event.is_set():
+        stop_event.wait(0.1)
+    deadline = perf_counter() + stop_timeout
+    while group and not (cut_event is not None and cut_event.is_set()):
+        left = deadline - perf_counter()
+        if left <= 0:
+            break
+        group.join(timeout=min(left, 0.1))
+    group.kill(block=True)

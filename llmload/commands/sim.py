@@ -16,7 +16,8 @@ import sys
 
 from llmload.sim.config import DEFAULT_PROFILE, DIALECTS, PROFILES, Faults, SimConfig
 
-_FAULT_FLAGS = ("error_rate", "disconnect_rate", "stall_rate", "malformed_rate", "slow_headers_rate")
+_FAULT_FLAGS = ("error_rate", "disconnect_rate", "stall_rate", "malformed_rate", "slow_headers_rate",
+                "not_streamed_rate")
 
 
 def _fraction(text: str) -> float:
@@ -76,13 +77,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     faults = parser.add_argument_group("faults (fractions of requests, seeded, at most one fault per request)")
     faults.add_argument("--error-rate", type=_fraction, default=0.0, help="answer with an HTTP error")
     faults.add_argument("--error-codes", type=_codes, default=(500, 503, 429),
-                        help="status codes to pick from (default: 500,503,429; 429/503 carry Retry-After)")
+                        help="status codes to pick from (default: 500,503,429; 429/503 carry Retry-After; "
+                             "422 answers FastAPI's extra_forbidden body for the request's last field)")
     faults.add_argument("--disconnect-rate", type=_fraction, default=0.0, help="drop the connection mid-stream")
     faults.add_argument("--stall-rate", type=_fraction, default=0.0, help="pause mid-stream for --stall-s")
     faults.add_argument("--stall-s", type=float, default=120.0, help="stall length (default: %(default)s s)")
     faults.add_argument("--malformed-rate", type=_fraction, default=0.0, help="send one malformed JSON chunk")
     faults.add_argument("--slow-headers-rate", type=_fraction, default=0.0, help="delay the response headers")
     faults.add_argument("--slow-headers-s", type=float, default=5.0, help="header delay (default: %(default)s s)")
+    faults.add_argument("--not-streamed-rate", type=_fraction, default=0.0,
+                        help="answer a streaming request with one JSON body, as a server ignoring \"stream\" does")
 
     out = parser.add_argument_group("ground truth")
     out.add_argument("--trace-file", metavar="F",
@@ -115,6 +119,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
             error_rate=args.error_rate, error_codes=args.error_codes, disconnect_rate=args.disconnect_rate,
             stall_rate=args.stall_rate, stall_s=args.stall_s, malformed_rate=args.malformed_rate,
             slow_headers_rate=args.slow_headers_rate, slow_headers_s=args.slow_headers_s,
+            not_streamed_rate=args.not_streamed_rate,
         ),
         trace_file=args.trace_file, workers=args.workers, tokenizer=args.tokenizer,
     )

@@ -100,13 +100,18 @@ class Faults:
     malformed_rate: float = 0.0
     slow_headers_rate: float = 0.0
     slow_headers_s: float = 5.0
+    #: answer a streaming request with one JSON body (a server or proxy that ignores ``stream``)
+    not_streamed_rate: float = 0.0
+
+    @property
+    def rates(self) -> tuple[float, ...]:
+        """The rate of each kind in :data:`llmload.sim.faults.FAULT_KINDS`, in that order."""
+        return (self.error_rate, self.disconnect_rate, self.stall_rate, self.malformed_rate, self.slow_headers_rate,
+                self.not_streamed_rate)
 
     @property
     def any(self) -> bool:
-        return any(
-            r > 0
-            for r in (self.error_rate, self.disconnect_rate, self.stall_rate, self.malformed_rate, self.slow_headers_rate)
-        )
+        return any(r > 0 for r in self.rates)
 
 
 @dataclass(slots=True)

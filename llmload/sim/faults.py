@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 from llmload.sim.config import Faults
 
-FAULT_KINDS = ("error", "disconnect", "stall", "malformed", "slow_headers")
+#: in draw order (a new kind goes last, so a seed keeps faulting the same requests with the older kinds)
+FAULT_KINDS = ("error", "disconnect", "stall", "malformed", "slow_headers", "not_streamed")
 
 
 @dataclass(slots=True)
@@ -23,8 +24,7 @@ class FaultPicker:
     def __init__(self, faults: Faults, seed: int) -> None:
         self.faults = faults
         self.rng = random.Random(seed)
-        total = faults.error_rate + faults.disconnect_rate + faults.stall_rate + faults.malformed_rate
-        if total + faults.slow_headers_rate > 1.0 + 1e-9:
+        if sum(faults.rates) > 1.0 + 1e-9:
             raise ValueError("fault rates add up to more than 1")
 
     def pick(self) -> Fault | None:
@@ -32,9 +32,7 @@ class FaultPicker:
         if not f.any:
             return None
         u = self.rng.random()
-        for kind, rate in zip(
-            FAULT_KINDS, (f.error_rate, f.disconnect_rate, f.stall_rate, f.malformed_rate, f.slow_headers_rate), strict=True
-        ):
+        for kind, rate in zip(FAULT_KINDS, f.rates, strict=True):
             if u < rate:
                 status = self.rng.choice(f.error_codes) if kind == "error" else 0
                 return Fault(kind, status)

@@ -51,6 +51,13 @@ def openai_error(status: int, message: str, err_type: str, param: str | None = N
     return RequestError(status, orjson.dumps(body))
 
 
+def extra_forbidden(field: str, value: object = None) -> RequestError:
+    """FastAPI/pydantic's 422 for a request field the server does not know (transformers serve sends it)."""
+    detail = [{"type": "extra_forbidden", "loc": ["body", field], "msg": "Extra inputs are not permitted",
+               "input": value}]
+    return RequestError(422, orjson.dumps({"detail": detail}))
+
+
 def bad_request(message: str, param: str | None = None) -> RequestError:
     return openai_error(400, message, "BadRequestError", param)
 
@@ -114,8 +121,7 @@ class RequestParser:
         if not isinstance(body, dict):
             raise bad_request("request body must be a JSON object")
         if cfg.dialect == "transformers" and "ignore_eos" in body:
-            detail = [{"loc": ["body", "ignore_eos"], "msg": "Extra inputs are not permitted", "type": "extra_forbidden"}]
-            raise RequestError(422, orjson.dumps({"detail": detail}))
+            raise extra_forbidden("ignore_eos", body["ignore_eos"])
 
         model = body.get("model") or cfg.model
         include_usage = False

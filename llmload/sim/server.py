@@ -25,7 +25,14 @@ from llmload.sim.config import SimConfig
 from llmload.sim.engine import BatchEngine, Seq
 from llmload.sim.faults import Fault, FaultPicker
 from llmload.sim.loop import EventLoop
-from llmload.sim.requests import ROUTES, GenRequest, RequestError, RequestParser, openai_error
+from llmload.sim.requests import (
+    ROUTES,
+    GenRequest,
+    RequestError,
+    RequestParser,
+    extra_forbidden,
+    openai_error,
+)
 from llmload.sim.text import TOKEN_COUNT, TOKENS, text_of
 from llmload.sim.wire import Wire, make_wire
 
@@ -317,10 +324,15 @@ class SimServer:
         job.fault = fault
         if fault is not None:
             if fault.kind == "error":
-                self._fail(job, fault.status)
+                self._fail(job, fault.status, body)
                 return
             if fault.kind == "slow_headers":
                 self.loop.call_at(received + self.config.faults.slow_headers_s, self._start_later, job)
+                return
+            if fault.kind == "not_streamed":
+                # a server (or proxy) that ignores "stream": one JSON body, as for a non-streaming request
+                req.stream = False
+                self._start(job)
                 return
             # mid-stream faults strike halfway through the chunks (at least after the first)
             job.fault_at = max(1, self._chunk_count(req) // 2)
@@ -330,10 +342,16 @@ class SimServer:
         tpc = self.config.tokens_per_chunk
         return 1 + -(-(req.output_tokens - 1) // tpc)
 
-    def _fail(self, job: Job, status: int) -> None:
+    def _fail(self, job: Job, status: int, body: bytes = b"") -> None:
         conn = job.conn
         message = f"simulated server error (HTTP {status})"
         self._write_trace(job, f"error_{status}")
+        if status == 422:
+            # what a strict (FastAPI/pydantic) server answers for a field it does not know: the request's last one
+            data = orjson.loads(body) if body else {}
+            name = next(reversed(data), "unknown_field")
+            self._respond(conn, 422, extra_forbidden(name, data.get(name)).body)
+            return
         if self.config.dialect == "transformers" and job.req.stream:
             # transformers serve reports errors inside a 200 stream and never sends [DONE]
             job.started = time.monotonic()
@@ -526,6 +544,8 @@ class SimServer:
             "client_id": job.client_id,
             "path": job.path,
             "status": status,
+            # the fault this request drew (a name of faults.FAULT_KINDS), or None
+            "fault": job.fault.kind if job.fault is not None else None,
             "stream": job.req.stream,
             "received": job.received,
             "headers_sent": job.started,

@@ -198,3 +198,46 @@ def test_same_seed_same_faulted_requests(start_sim, raw_http):
     assert {k.split(":")[0] for k in a} == {"ok", "error", "disconnect", "malformed"}
     assert a == b
     assert a != c
+
+
+def test_422_is_fastapi_s_extra_forbidden_for_a_field_of_the_request(start_sim, raw_http):
+    sim = start_sim(*FAST, "--error-rate", "1.0", "--error-codes", "422")
+    body = dict(_body(0), some_field=7)
+    r = raw_http.post(sim.port, "/v1/completions", body, read_timeout=5)
+    assert r.status == 422 and "retry-after" not in r.headers
+    (detail,) = r.json()["detail"]
+    assert detail == {"type": "extra_forbidden", "loc": ["body", "some_field"], "msg": "Extra inputs are not permitted",
+                      "input": 7}
+
+
+def test_not_streamed_rate_answers_one_json_body(start_sim, raw_http):
+    n, rate = 200, 0.3
+    sim = start_sim(*FAST, "--not-streamed-rate", str(rate))
+    responses = run_batch(sim, raw_http, n, read_timeout=5)
+    whole = [r for r in responses if r.headers.get("content-type", "").startswith("application/json")]
+    assert within_binomial(len(whole), n, rate), len(whole)
+    for r in whole:
+        assert r.status == 200 and r.complete and "content-length" in r.headers
+        data = r.json()
+        assert data["choices"][0]["text"] and data["usage"]["completion_tokens"] == MAX_TOKENS
+    assert all(classify(r) == "ok" for r in responses if r not in whole)
+
+
+def test_trace_names_each_request_s_fault(start_sim, raw_http, tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    sim = start_sim(*FAST, "--error-rate", "0.2", "--disconnect-rate", "0.2", "--malformed-rate", "0.2",
+                    "--not-streamed-rate", "0.2", "--seed", "5", "--trace-file", str(trace))
+    responses = run_batch(sim, raw_http, 100, read_timeout=5, concurrency=1)
+    lines = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert len(lines) == 100
+    by_client = Counter(line["fault"] for line in lines)
+    assert set(by_client) == {None, "error", "disconnect", "malformed", "not_streamed"}
+    seen = Counter()
+    for r in responses:
+        if r.status != 200:
+            seen["error"] += 1
+        elif r.headers.get("content-type", "").startswith("application/json"):
+            seen["not_streamed"] += 1
+        elif classify(r) in ("disconnect", "malformed"):
+            seen[classify(r)] += 1
+    assert seen == Counter({k: v for k, v in by_client.items() if k is not None})

@@ -91,6 +91,7 @@ def test_failed_and_cut_off_are_excluded():
     assert m.output_lens == [3, 0, 0]
     d = m.to_result_dict()
     assert (d["failed"], d["cut_off"], d["completed"]) == (1, 1, 1)
+    assert d["sent"] == 3 and d["failures_by_kind"] == {"cut_off": 1, "http_5xx": 1}
 
 
 def test_tpot_needs_more_than_one_token_and_steady_more_than_two():

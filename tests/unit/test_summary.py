@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from llmload.metrics import compute_metrics
 from llmload.records import RequestRecord
-from llmload.summary import format_run_header, format_summary
+from llmload.summary import format_run_header, format_summary, heading
 
 
 def _records() -> list[RequestRecord]:
@@ -124,3 +124,35 @@ def test_run_header_like_vllm():
         "Maximum request concurrency: None",
     ]
     assert "Gamma distribution" in format_run_header(4.0, 0.5, 16)
+
+
+def test_failures_by_kind_section():
+    records = _records()  # one HTTP 500
+    records += [RequestRecord(start=0.0, error=f"stream broken after {i} events: reset", failure_kind="disconnect")
+                for i in (3, 4)]
+    records.append(RequestRecord(start=0.0, error="cut off: the run ended", failure_kind="cut_off", cut_off=True))
+    lines = format_summary(compute_metrics(records, 2.0)).splitlines()
+    i = lines.index(heading("Failures by kind", "-"))
+    assert len(lines[i]) == 50
+    # most frequent first, ties by name; the label is vLLM's 40 wide, the count 10, then one example message
+    assert lines[i + 1 : i + 4] == [
+        f"{'disconnect:':<40} {2:<10} stream broken after 3 events: reset",
+        f"{'cut_off:':<40} {1:<10} cut off: the run ended",
+        f"{'http_5xx:':<40} {1:<10} HTTP 500",
+    ]
+    assert lines[i + 4].startswith("-")  # the next section
+    # it sits in llmload's block, after vLLM's
+    assert i > lines.index("=" * 50)
+
+
+def test_no_failures_no_section():
+    ok = _records()[:1]
+    text = format_summary(compute_metrics(ok, 2.0))
+    assert "Failures by kind" not in text
+
+
+def test_long_example_messages_are_cut():
+    bad = RequestRecord(start=0.0, error="HTTP 503: " + "x" * 500, status_code=503, failure_kind="http_5xx")
+    lines = format_summary(compute_metrics([bad], 2.0)).splitlines()
+    line = next(line for line in lines if line.startswith("http_5xx:"))
+    assert line.endswith("...") and len(line) <= 52 + 100
