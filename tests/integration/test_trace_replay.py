@@ -1,4 +1,9 @@
-"""Replaying the real Azure conversation trace sends every request of the window, on the trace's (scaled) clock, with the trace's token sizes."""
+"""Replaying the real Azure conversation trace sends every request of the window, on the trace's (scaled) clock, with the trace's token sizes.
+
+The trace is the excerpt in tests/data (the first 10 minutes of the Azure LLM inference trace 2023, CC BY 4.0;
+tests/data/README.md). How closely the sends follow the schedule on a quiet machine (p99 within a few ms at
+~100 req/s) is a benchmark figure; here the bound is far above a busy CI machine's scheduling noise and far
+below a wrong schedule (unscaled offsets are seconds off, a closed loop falls behind by whole requests)."""
 
 from __future__ import annotations
 
@@ -11,13 +16,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from support import end_process, llmload_command, offline_env
+from support import CLOCK_SLACK_S, end_process, llmload_command, offline_env
 
 pytestmark = pytest.mark.slow
 
-TRACE = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+TRACE = Path(__file__).resolve().parents[1] / "data" / "azure_conv_excerpt.csv"
 START_S, DURATION_S, SCALE = 0.0, 300.0, 20.0
-BOUND_MS = 5.0
+#: p99 of |achieved send offset - scaled trace offset|
+BOUND_MS = 50.0
 #: fixed timing and 16 tokens per chunk: the simulator keeps up with ~100 req/s of ~250-token answers
 SIM_ARGS = "--ttft-ms 5 --itl-ms 2 --tokens-per-chunk 16"
 
@@ -43,7 +49,6 @@ def _stats(values_ms: np.ndarray) -> str:
             f"max {values_ms.max():.3f} min {values_ms.min():.3f} ms (n={values_ms.size})")
 
 
-@pytest.mark.skipif(not TRACE.exists(), reason=f"the real Azure trace is not here: {TRACE} (../shared/traces)")
 def test_azure_conversation_trace_replay_5_minutes_at_20x(tmp_path: Path) -> None:
     win = _window()
     sim_trace = tmp_path / "sim.jsonl"
@@ -99,7 +104,7 @@ def test_azure_conversation_trace_replay_5_minutes_at_20x(tmp_path: Path) -> Non
     bad = []
     for r, off in zip(records, offset, strict=True):
         row = win.loc[r["request_id"]]
-        srv = min((t for t in server.get(r["request_id"], []) if t["received"] >= r["start"] - 0.001),
+        srv = min((t for t in server.get(r["request_id"], []) if t["received"] >= r["start"] - CLOCK_SLACK_S),
                   key=lambda t: t["received"], default=None)
         assert srv is not None, f"the server never saw {r['request_id']}"
         received_err.append((srv["received"] - (origin[0] + off)) * 1000.0)

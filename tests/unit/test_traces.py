@@ -15,7 +15,8 @@ from llmload.errors import ConfigError, DatasetError
 from llmload.tokenizer import load_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
-AZURE_CONV = REPO.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+#: the first 10 minutes of the Azure LLM inference trace 2023 (conversation), CC BY 4.0: tests/data/README.md
+AZURE_CONV = REPO / "tests" / "data" / "azure_conv_excerpt.csv"
 SHAREGPT_SAMPLE = REPO / "llmload" / "data" / "sharegpt_sample.json.gz"
 
 
@@ -32,12 +33,15 @@ def write(path: Path, text: str) -> Path:
 # -- the real Azure conversation trace -----------------------------------------------------------------
 
 
+#: the window [first + 300 s, first + 600 s): the excerpt's second 5 minutes
+WINDOW_START, WINDOW_END = 300, 600
+
+
 @pytest.fixture(scope="module")
 def azure_window(tok):
-    if not AZURE_CONV.is_file():
-        pytest.skip(f"the shared Azure trace is not at {AZURE_CONV} (see ../shared/traces/README.md)")
     samples = load_samples(
-        "trace", str(AZURE_CONV), tok, None, 3, time_scale=20, trace_start=600, trace_duration=300
+        "trace", str(AZURE_CONV), tok, None, 3, time_scale=20, trace_start=WINDOW_START,
+        trace_duration=WINDOW_END - WINDOW_START,
     )
     return samples
 
@@ -47,13 +51,13 @@ def test_azure_window_offsets_are_the_scaled_trace(azure_window):
     df = pd.read_csv(AZURE_CONV)
     stamps = pd.to_datetime(df["TIMESTAMP"])
     seconds = (stamps - stamps.min()).dt.total_seconds().to_numpy()
-    in_window = (seconds >= 600) & (seconds < 900)
+    in_window = (seconds >= WINDOW_START) & (seconds < WINDOW_END)
     expected = (seconds[in_window] - seconds[in_window][0]) / 20
     assert len(azure_window) == in_window.sum() > 1000
     offsets = np.array([s.arrival_s for s in azure_window])
     np.testing.assert_allclose(offsets, expected, rtol=0, atol=1e-6)
     assert offsets[0] == 0.0
-    assert offsets[-1] <= 300 / 20
+    assert offsets[-1] <= (WINDOW_END - WINDOW_START) / 20
 
 
 def test_azure_window_token_sizes_are_the_trace_sizes(azure_window, tok):
@@ -61,7 +65,7 @@ def test_azure_window_token_sizes_are_the_trace_sizes(azure_window, tok):
     df = pd.read_csv(AZURE_CONV)
     stamps = pd.to_datetime(df["TIMESTAMP"])
     seconds = (stamps - stamps.min()).dt.total_seconds().to_numpy()
-    window = df[(seconds >= 600) & (seconds < 900)]
+    window = df[(seconds >= WINDOW_START) & (seconds < WINDOW_END)]
     # re-measured here, exactly as token_len counts (BOS included), in one batched call
     measured = [len(ids) for ids in tok([s.prompt for s in azure_window]).input_ids]
     assert measured[:5] == [token_len(tok, s.prompt) for s in azure_window[:5]]
@@ -74,12 +78,10 @@ def test_azure_window_token_sizes_are_the_trace_sizes(azure_window, tok):
 
 
 def test_azure_num_prompts_caps_and_format_is_detected(tok):
-    if not AZURE_CONV.is_file():
-        pytest.skip(f"the shared Azure trace is not at {AZURE_CONV}")
     assert detect_format(AZURE_CONV) == "azure"
     samples = sample_trace(AZURE_CONV, tok, 25, 0, time_scale=2.0)
     assert len(samples) == 25
-    assert samples[0].request_id == f"{AZURE_CONV.name}:2"
+    assert samples[0].request_id == f"{AZURE_CONV.name}:2"  # file line 2: the excerpt keeps the trace's lines
     # the trace's second request arrived 4.3145790 s after the first: at 2x, 2.1572895 s
     assert samples[1].arrival_s == pytest.approx(4.3145790 / 2, abs=1e-9)
 
