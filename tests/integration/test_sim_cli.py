@@ -1,9 +1,10 @@
-"""`llmload --help` is fast, and `llmload sim` rejects bad flags and busy ports with one clear line, no traceback."""
+"""`llmload --help` stays light, and `llmload sim` rejects bad flags and busy ports with one clear line, no traceback."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 @pytest.fixture
 def run_cli(llmload_cmd):
-    def run(*args: str, timeout: float = 20.0) -> subprocess.CompletedProcess:
+    def run(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
         return subprocess.run([*llmload_cmd, *args], capture_output=True, text=True, timeout=timeout,
                               stdin=subprocess.DEVNULL)
 
@@ -31,13 +32,21 @@ def assert_one_error_line(stderr: str, *needles: str) -> str:
     return line
 
 
+#: what makes a start-up slow: none of it is needed to print the help
+HEAVY_MODULES = ("gevent", "locust", "transformers", "tokenizers", "numpy", "pandas", "matplotlib", "torch")
+
+
 def test_top_level_help_is_fast_and_lists_sim(run_cli):
-    t0 = time.perf_counter()
     out = run_cli("--help")
-    elapsed = time.perf_counter() - t0
     assert out.returncode == 0
     assert "sim" in out.stdout.split("commands")[-1]
-    assert elapsed < 1.0, f"llmload --help took {elapsed:.2f} s"
+    # fast because it imports nothing heavy (a wall-clock bound would measure the CI machine's load)
+    code = ("import sys\nfrom llmload.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            f"print('HEAVY', sorted(m for m in {HEAVY_MODULES!r} if m in sys.modules))")
+    probe = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                           stdin=subprocess.DEVNULL)
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.splitlines()[-1] == "HEAVY []", f"llmload --help imports {probe.stdout.splitlines()[-1]}"
 
 
 def test_sim_help_lists_the_flags(run_cli):
@@ -65,7 +74,7 @@ def test_sim_help_lists_the_flags(run_cli):
          "tokens-per-chunk-0", "error-code-200", "bad-dialect", "bad-profile", "negative-ttft"],
 )
 def test_bad_flags_exit_2_with_one_line(run_cli, args, needles):
-    out = run_cli("sim", "--port", "0", *args, timeout=10)
+    out = run_cli("sim", "--port", "0", *args, timeout=60)
     assert out.returncode == 2, (out.returncode, out.stderr)
     assert "listening" not in out.stdout
     assert_one_error_line(out.stderr, *needles)
@@ -82,7 +91,7 @@ def test_port_in_use_fails_clearly(start_sim, llmload_cmd, occupant_workers, wor
         start_new_session=True,
     )
     try:
-        out, err = proc.communicate(timeout=5)
+        out, err = proc.communicate(timeout=30)  # a busy machine starts Python slowly
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=5)
@@ -113,8 +122,8 @@ def test_stops_cleanly_on_signal_right_after_listening(start_sim, sig, workers):
     for _ in range(3):
         sim = start_sim("--ttft-ms", "1", "--itl-ms", "1", "--workers", workers)
         sim.proc.send_signal(sig)
-        code = sim.proc.wait(timeout=5)
-        deadline = time.monotonic() + 0.5  # the parent reaps its workers before it exits
+        code = sim.proc.wait(timeout=20)
+        deadline = time.monotonic() + 5  # the parent reaps its workers before it exits: normally at once
         while _group_members(sim.proc.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         orphans = _group_members(sim.proc.pid)

@@ -11,11 +11,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from support import CLOCK_SLACK_S
 
 MODEL = "trace-model"
 
 
-def read_trace(path: Path, expected: int, timeout: float = 5.0) -> list[dict]:
+def read_trace(path: Path, expected: int, timeout: float = 30.0) -> list[dict]:
     """The trace lines, once there are ``expected`` of them (the server writes a line as a request ends)."""
     deadline = time.monotonic() + timeout
     while True:
@@ -101,8 +102,10 @@ def test_trace_matches_what_the_client_received(start_sim, raw_http, tmp_path, t
     assert len(trace) == n
     lags = check_against_trace(responses, trace, "req", tokens_per_chunk)
     print(f"client arrival - server send ({' '.join(timing)}, {tokens_per_chunk}/chunk): {_summary(lags)}")
-    assert min(lags) >= 0, "a chunk arrived before the trace says it was sent"
-    assert statistics.median(lags) <= 0.005
+    assert min(lags) >= -CLOCK_SLACK_S, "a chunk arrived before the trace says it was sent"
+    # the trace's send times are the real ones: the typical arrival comes right after (a wrong time, such as
+    # the scheduled one or the request's start, is off by whole ITLs); 20 ms leaves room for a busy machine
+    assert statistics.median(lags) <= 0.020
 
 
 def test_trace_records_faults_and_non_streaming(start_sim, raw_http, tmp_path):

@@ -1,4 +1,7 @@
-"""The builtin tokenizer loads offline and fast; bad --tokenizer values fail fast with one line."""
+"""The builtin tokenizer loads offline and fast; bad --tokenizer values fail fast with one line.
+
+"Fast" is checked by what makes it fast (a ready tokenizer.json, no slow-to-fast conversion, no network) and
+by wall-clock bounds far above a busy machine's noise that a retry loop or a conversion would still exceed."""
 
 from __future__ import annotations
 
@@ -32,14 +35,16 @@ def test_builtin_dir_ships_transformers_files():
     assert config["bos_token"] == "<s>"
 
 
-def test_builtin_loads_offline_under_two_seconds(monkeypatch):
+def test_builtin_loads_offline_and_fast(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     import transformers  # noqa: F401  (a one-time import cost shared by every tokenizer)
 
     start = time.perf_counter()
     tok = load_tokenizer("builtin")
-    assert time.perf_counter() - start < 2.0
-    assert tok.vocab_size == 8000
+    elapsed = time.perf_counter() - start
+    # a Rust tokenizer read straight from tokenizer.json (~0.1 s): no conversion from a slow tokenizer
+    assert tok.is_fast and tok.vocab_size == 8000
+    assert elapsed < 10.0, f"loading the builtin tokenizer took {elapsed:.1f} s"
 
 
 def test_module_import_is_cheap_and_cold_load_works_offline():
@@ -85,24 +90,24 @@ def test_local_directory_loads(tmp_path):
     assert tok("hello").input_ids == load_tokenizer("builtin")("hello").input_ids
 
 
-def test_unknown_hub_name_fails_fast_when_offline(monkeypatch):
+def test_unknown_hub_name_fails_fast_when_offline(monkeypatch, tok):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    start = time.perf_counter()
+    start = time.perf_counter()  # transformers is imported already (tok): only the lookup is timed
     with pytest.raises(TokenizerError) as err:
         load_tokenizer("no-such-org/no-such-model-4242")
-    assert time.perf_counter() - start < 5.0
+    assert time.perf_counter() - start < 10.0  # no retries with back-off (those take tens of seconds)
     msg = str(err.value)
     assert "no-such-org/no-such-model-4242" in msg and "--tokenizer builtin" in msg and "\n" not in msg
 
 
-def test_unknown_hub_name_fails_fast_when_hub_unreachable(monkeypatch):
+def test_unknown_hub_name_fails_fast_when_hub_unreachable(monkeypatch, tok):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # discard port: connection refused
     start = time.perf_counter()
     with pytest.raises(TokenizerError, match="no-such-model-4242") as err:
         load_tokenizer("no-such-model-4242")
-    assert time.perf_counter() - start < 5.0
+    assert time.perf_counter() - start < 10.0  # refused at once: no retries with back-off
     assert "unreachable" in str(err.value)
 
 
