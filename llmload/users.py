@@ -111,7 +111,7 @@ class LLMUser(FastHttpUser):
             headers["Authorization"] = f"Bearer {self.api_key}"
         self._headers = headers
         self._pool = Pool(self.host or environment.host or "", connect_timeout=self.connection_timeout,
-                          read_timeout=self.network_timeout)
+                          read_timeout=self.network_timeout, request_timeout=self.request_timeout)
 
     def wait_time(self) -> float:
         return float(self.think()) if self.think is not None else 0.0
@@ -430,6 +430,14 @@ class StreamReader:
         kind = transport_kind(exc)
         record.failure_kind = kind
         name = type(exc).__name__
+        if kind == "connect":
+            # the transport's message names the host and what failed; an older one raised the socket error
+            pool = self.user._pool
+            if isinstance(exc, ConnectionRefusedError):
+                record.error = f"connection refused by {pool.host}:{pool.port}"
+            else:
+                record.error = one_line(str(exc) if isinstance(exc, HTTPError) else f"cannot connect: {name}: {exc}")
+            return
         if kind == "read_timeout":
             what = f"timed out after {self.user.network_timeout:g} s without data"
         elif kind == "request_timeout":
@@ -439,7 +447,5 @@ class StreamReader:
             what = f"{name}: {exc}"
         if record.chunk_times:
             record.error = one_line(f"stream broken after {len(record.chunk_times)} events: {what}")
-        elif kind == "connect" and isinstance(exc, ConnectionRefusedError):
-            record.error = one_line(f"connection refused by {self.user._pool.host}:{self.user._pool.port}")
         else:
             record.error = one_line(f"request failed: {what}")
