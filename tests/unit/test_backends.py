@@ -6,6 +6,8 @@ import random
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmload.backends import BACKENDS, StreamEvent, get_backend
 from llmload.errors import ConfigError, EndpointError
@@ -344,52 +346,63 @@ def test_mutated_streams_never_raise() -> None:
             _check_all(payload)
 
 
-try:
-    from hypothesis import given
-    from hypothesis import strategies as st
-except ImportError:  # pragma: no cover - hypothesis is optional
-    pass
-else:
-    json_values = st.recursive(
-        st.none()
-        | st.booleans()
-        | st.integers(-(2**63), 2**63 - 1)
-        | st.floats(allow_nan=False)
-        | st.text(max_size=5),
-        lambda inner: (
-            st.lists(inner, max_size=3)
-            | st.dictionaries(
-                st.sampled_from(
-                    [
-                        "choices",
-                        "delta",
-                        "text",
-                        "content",
-                        "usage",
-                        "completion_tokens",
-                        "meta_info",
-                        "token",
-                        "details",
-                        "error",
-                        "special",
-                        "text_output",
-                        "finish_reason",
-                        "message",
-                        "object",
-                        "x",
-                    ]
-                ),
-                inner,
-                max_size=4,
-            )
-        ),
-        max_leaves=12,
-    )
+FUZZ = settings(max_examples=200, deadline=None)
 
-    @given(st.binary(max_size=200))
-    def test_hypothesis_bytes_never_raise(raw: bytes) -> None:
-        _check_all(raw)
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "choices",
+                    "delta",
+                    "text",
+                    "content",
+                    "usage",
+                    "completion_tokens",
+                    "meta_info",
+                    "token",
+                    "details",
+                    "error",
+                    "special",
+                    "text_output",
+                    "finish_reason",
+                    "message",
+                    "object",
+                    "x",
+                ]
+            ),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=12,
+)
 
-    @given(json_values)
-    def test_hypothesis_json_shapes_never_raise(value: object) -> None:
-        _check_all(orjson.dumps(value))
+@FUZZ
+@given(st.binary(max_size=200))
+def test_hypothesis_bytes_never_raise(raw: bytes) -> None:
+    _check_all(raw)
+
+@FUZZ
+@given(json_values)
+def test_hypothesis_json_shapes_never_raise(value: object) -> None:
+    _check_all(orjson.dumps(value))
+
+
+@settings(FUZZ, max_examples=100)  # each example runs every backend over a whole sequence
+@given(st.lists(json_values.map(orjson.dumps) | st.binary(max_size=40), max_size=6))
+def test_hypothesis_event_sequences_never_raise(payloads: list[bytes]) -> None:
+    """One stream's events share a state (SGLang keeps the text so far): no sequence of junk breaks it."""
+    for name in BACKENDS:
+        backend = get_backend(name)
+        state = backend.new_state()
+        for payload in payloads:
+            ev = backend.parse_event(payload, state)
+            assert isinstance(ev, StreamEvent)
+            assert isinstance(ev.text, str) and isinstance(ev.content, bool)

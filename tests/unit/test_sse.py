@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmload.sse import DONE, parse_line
 
@@ -53,14 +55,36 @@ def test_random_bytes_never_raise() -> None:
         assert out is None or isinstance(out, bytes)
 
 
-try:
-    from hypothesis import given
-    from hypothesis import strategies as st
-except ImportError:  # pragma: no cover - hypothesis is optional
-    pass
-else:
+FUZZ = settings(max_examples=200, deadline=None)
+#: what a payload can be: no newline (the transport splits there), no CR at the end (part of a CRLF line end)
+payloads = st.binary(min_size=1, max_size=60).filter(lambda p: b"\n" not in p and not p.endswith(b"\r"))
+line_ends = st.sampled_from([b"", b"\n", b"\r\n", b"\r"])
 
-    @given(st.binary(max_size=200))
-    def test_hypothesis_never_raises(line: bytes) -> None:
-        out = parse_line(line)
-        assert out is None or (isinstance(out, bytes) and out)
+
+@FUZZ
+@given(st.binary(max_size=200))
+def test_hypothesis_never_raises(line: bytes) -> None:
+    out = parse_line(line)
+    assert out is None or (isinstance(out, bytes) and out)
+    if out is not None:
+        assert not out.endswith((b"\r", b"\n"))
+
+
+@FUZZ
+@given(st.sampled_from([b"data: ", b"data:"]), payloads, line_ends)
+def test_data_payload_round_trips(field: bytes, payload: bytes, end: bytes) -> None:
+    expected = payload[1:] if field == b"data:" and payload[:1] == b" " else payload
+    assert parse_line(field + payload + end) == (expected or None)
+
+
+@FUZZ
+@given(payloads, line_ends)
+def test_ndjson_line_is_its_own_payload(payload: bytes, end: bytes) -> None:
+    assert parse_line(b"{" + payload + end) == b"{" + payload
+
+
+@FUZZ
+@given(st.sampled_from([b":", b": ", b"event:", b"id: ", b"retry: ", b"Data: ", b" data: ", b"[", b"x"]),
+       st.binary(max_size=60), line_ends)
+def test_other_lines_carry_no_event(prefix: bytes, rest: bytes, end: bytes) -> None:
+    assert parse_line(prefix + rest + end) is None
