@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
-from support import match_trace
+from support import CLOCK_SLACK_S, match_trace
 
 TTFT_MS = 200
 OUT_LEN = 12
@@ -84,8 +84,13 @@ def test_dialect_parsed(child_runner, sims, case: str) -> None:
         assert srv["status"] == "ok" and srv["completion_tokens"] == OUT_LEN, srv
         # one counted event per server chunk: no role chunk, empty first chunk, usage chunk or [DONE] counted
         assert len(rec["chunk_times"]) == len(srv["chunks"]), (rec["request_id"], rec["chunk_times"], srv["chunks"])
+        # an event counted before the first token (role chunk, empty first event) gives a TTFT near 0; kernel
+        # receive times converted onto perf_counter may land a few us before the simulated 200 ms
         ttft_ms = (rec["first_token"] - rec["start"]) * 1000.0
-        assert ttft_ms >= TTFT_MS, f"TTFT {ttft_ms:.1f} ms: an event before the first token was counted"
+        assert ttft_ms >= TTFT_MS - CLOCK_SLACK_S * 1000.0, (
+            f"TTFT {ttft_ms:.3f} ms: an event before the first token was counted")
+        assert rec["first_token"] >= srv["chunks"][0] - CLOCK_SLACK_S, (
+            f"{rec['request_id']}: first token before the server sent its first token")
         assert rec["generated_text"]
     if sources == {"tokenizer": PROMPTS}:
         # no token counts on this wire (TensorRT-LLM): re-tokenized, and said so
@@ -107,8 +112,10 @@ def test_transformers_vllm_ttft_rule_counts_role_chunk(child_runner, sims) -> No
     data, records = assert_clean(run)
     assert data["ttft_rule"] == "vllm"
     assert data["total_output_tokens"] == PROMPTS * OUT_LEN
+    # the role chunk leaves at once, the first token at 200 ms: 150 ms of margin for a busy machine, and the
+    # content rule can never give less than 200 ms
     ttfts = [(r["first_token"] - r["start"]) * 1000.0 for r in records]
-    assert max(ttfts) < TTFT_MS / 2, ttfts
+    assert max(ttfts) < TTFT_MS * 0.75, ttfts
     assert data["mean_ttft_ms"] < TTFT_MS / 2
 
 

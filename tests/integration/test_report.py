@@ -19,6 +19,8 @@ from llmload.bench.results import read_records
 
 pytestmark = pytest.mark.slow
 
+#: a result written the way vLLM's benchmark_serving.py --save-result --save-detailed writes it (tests/data/README.md)
+VLLM_FIXTURE = Path(__file__).resolve().parents[1] / "data" / "vllm_benchmark_serving_result.json"
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "MPLBACKEND": "Agg"}
 ENV.pop("LLMLOAD_DEBUG", None)
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -51,15 +53,13 @@ def runs(tmp_path_factory) -> dict[str, Path]:
 
     with ThreadPoolExecutor(3) as pool:
         paths = dict(zip(RUNS, pool.map(bench, RUNS), strict=True))
-    # a vLLM benchmark_serving --save-detailed result: vLLM's keys only, no records file
+    # the no-stall run as vLLM would have written it: only the keys of a real vLLM --save-detailed result (our
+    # statistics for the percentiles we ran with), no records file
     ours = json.loads(paths["nostall"].read_text())
-    vllm_keys = ["date", "backend", "model_id", "tokenizer_id", "num_prompts", "request_rate", "burstiness",
-                 "max_concurrency", "duration", "completed", "total_input_tokens", "total_output_tokens",
-                 "request_throughput", "request_goodput", "output_throughput", "total_token_throughput",
-                 "max_output_tokens_per_s", "max_concurrent_requests", "input_lens", "output_lens", "ttfts",
-                 "itls", "generated_texts", "errors"]
+    stat = re.compile(r"(mean|median|std|p\d+)_(ttft|tpot|itl|e2el)_ms")
+    vllm_keys = [k for k in json.loads(VLLM_FIXTURE.read_text()) if not stat.fullmatch(k)]
     vllm = {k: ours[k] for k in vllm_keys}
-    vllm.update({k: v for k, v in ours.items() if re.fullmatch(r"(mean|median|std|p\d+)_(ttft|tpot|itl)_ms", k)})
+    vllm.update({k: v for k, v in ours.items() if stat.fullmatch(k)})
     vdir = out / "vllm"
     vdir.mkdir()
     paths["vllm"] = vdir / "vllm-infqps-llmload-sim-20250101-000000.json"
@@ -281,3 +281,72 @@ def test_bad_input_gives_one_line_errors(runs, tmp_path):
                    str(tmp_path / "o"))
     _one_line_error(proc, "compare", "--baseline")
     assert proc.returncode == 2
+
+
+# -- a result file vLLM wrote ---------------------------------------------------------------------------------
+
+def _vllm_numbers(data: dict) -> dict[str, np.ndarray]:
+    """TTFT, ITL, TPOT, E2EL (ms) of the successful requests, from vLLM's per-request lists alone."""
+    ok = [i for i, e in enumerate(data["errors"]) if not e]
+    return {
+        "ttft": np.array([data["ttfts"][i] for i in ok]) * 1000,
+        "itl": np.concatenate([data["itls"][i] for i in ok]) * 1000,
+        "tpot": np.array([sum(data["itls"][i]) / (data["output_lens"][i] - 1) for i in ok
+                          if data["output_lens"][i] > 1]) * 1000,
+        "e2el": np.array([data["ttfts"][i] + sum(data["itls"][i]) for i in ok]) * 1000,
+    }
+
+
+def test_report_reads_a_real_vllm_result(tmp_path):
+    data = json.loads(VLLM_FIXTURE.read_text())
+    assert data["request_rate"] == "inf"  # vLLM's way of writing an infinite rate
+    copy = tmp_path / VLLM_FIXTURE.name  # read from anywhere: nothing is written next to the input
+    copy.write_bytes(VLLM_FIXTURE.read_bytes())
+    out = tmp_path / "rep"
+    proc = llmload("report", str(copy), "--output", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "vLLM-format result" in proc.stdout and "1 of 12 requests failed" in proc.stdout, proc.stdout
+    pngs = sorted(out.glob("*.png"))
+    assert {p.stem for p in pngs} == {"ttft", "tpot", "itl", "e2el", "lengths"}
+    for p in pngs:
+        check_png(p)
+    check_html(out / "report.html", expect_images=len(pngs))
+    rows = read_csv(out / "report.csv")
+    label = copy.stem
+    want = _vllm_numbers(data)
+    assert float(rows["completed"][label]) == data["completed"] == 11
+    assert float(rows["failed"][label]) == 1
+    assert float(rows["duration"][label]) == pytest.approx(data["duration"], rel=1e-9)
+    assert float(rows["request_throughput"][label]) == pytest.approx(data["request_throughput"], rel=1e-9)
+    assert float(rows["output_throughput"][label]) == pytest.approx(data["output_throughput"], rel=1e-9)
+    for name in ("ttft", "itl", "tpot", "e2el"):
+        assert float(rows[f"mean_{name}_ms"][label]) == pytest.approx(want[name].mean(), rel=1e-9), name
+        assert float(rows[f"median_{name}_ms"][label]) == pytest.approx(np.median(want[name]), rel=1e-9), name
+        assert float(rows[f"p99_{name}_ms"][label]) == pytest.approx(np.percentile(want[name], 99), rel=1e-9), name
+    # vLLM's own statistics: TTFT and ITL are exactly its lists; its E2EL and TPOT also hold the end of the
+    # stream after the last token, which the lists do not carry (well under 1 %)
+    for key in ("mean_ttft_ms", "median_ttft_ms", "p99_ttft_ms", "std_ttft_ms", "mean_itl_ms", "median_itl_ms",
+                "p99_itl_ms"):
+        assert float(rows[key][label]) == pytest.approx(data[key], rel=1e-9), key
+    for key in ("mean_tpot_ms", "median_tpot_ms", "mean_e2el_ms", "median_e2el_ms"):
+        assert float(rows[key][label]) == pytest.approx(data[key], rel=0.01), key
+
+
+def test_compare_reads_a_real_vllm_result(runs, tmp_path):
+    proc = llmload("compare", str(runs["nostall"]), str(VLLM_FIXTURE), "--output", str(tmp_path), "--labels",
+                   "ours,vllm", "--baseline", "vllm")
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "vllm (baseline)" in proc.stdout
+    md = (tmp_path / "compare.md").read_text()
+    assert "| Metric | ours | vllm (baseline) |" in md
+    rows = read_csv(tmp_path / "compare.csv")
+    want = _vllm_numbers(json.loads(VLLM_FIXTURE.read_text()))
+    assert float(rows["median_ttft_ms"]["vllm"]) == pytest.approx(np.median(want["ttft"]), rel=1e-9)
+    assert float(rows["p99_itl_ms"]["vllm"]) == pytest.approx(np.percentile(want["itl"], 99), rel=1e-9)
+    ours = float(rows["mean_ttft_ms"]["ours"])
+    base = float(rows["mean_ttft_ms"]["vllm"])
+    assert float(rows["mean_ttft_ms"]["ours vs vllm"]) == pytest.approx((ours - base) / base)
+    # the figures over time need timestamps: only our run has them
+    assert len(sorted(tmp_path.glob("*.png"))) == 8
