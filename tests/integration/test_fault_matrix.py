@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support import end_process, llmload_command, match_trace, offline_env
+from support import end_process, free_port, llmload_command, match_trace, offline_env
 
 from llmload.failures import KINDS
 
@@ -33,8 +33,9 @@ MODEL = "matrix-model"
 TIMING = ("--ttft-ms", "5", "--itl-ms", "2", "--model", MODEL)
 BENCH_TIMEOUT_S = 120.0
 #: the stall outlasts the read timeout by seconds, so only stalled requests can time out
-READ_TIMEOUT_S = 1
-STALL_S = 5
+READ_TIMEOUT_S = 2
+REQUEST_TIMEOUT_S = 3
+STALL_S = 6
 SLOW_HEADERS_S = 1
 
 
@@ -58,6 +59,9 @@ FAULTS = (
     Fault(f"stall {STALL_S} s past --read-timeout {READ_TIMEOUT_S}",
           ("--stall-rate", "{rate}", "--stall-s", str(STALL_S)), "read_timeout", "stall",
           bench=("--read-timeout", str(READ_TIMEOUT_S))),
+    Fault(f"stall {STALL_S} s past --request-timeout {REQUEST_TIMEOUT_S}",
+          ("--stall-rate", "{rate}", "--stall-s", str(STALL_S)), "request_timeout", "stall",
+          bench=("--request-timeout", str(REQUEST_TIMEOUT_S))),
     Fault("malformed event", ("--malformed-rate", "{rate}"), "malformed_event", "malformed"),
     Fault("error event in a 200 stream (transformers)", ("--dialect", "transformers", "--error-rate", "{rate}"),
           "error_event", "error"),
@@ -75,6 +79,8 @@ def _params():
 
 #: (fault name, rate) -> outcome, for the table printed at the end
 MATRIX: dict[tuple[str, float], str] = {}
+#: cells outside the matrix: name -> outcome
+OTHER: dict[str, str] = {}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -87,6 +93,8 @@ def matrix_table():
     for fault in FAULTS:
         cells = [MATRIX.get((fault.name, r), "skipped") for r in RATES]
         lines.append(f"| {fault.name} | " + " | ".join(cells) + " |")
+    for name, outcome in OTHER.items():
+        lines.append(f"| {name} | | | {outcome} |")
     table = "\n".join(lines)
     print("\n\nFault matrix (" + f"{PROMPTS} requests per cell)\n" + table)
     if os.environ.get("LLMLOAD_FAULT_MATRIX"):
@@ -293,3 +301,16 @@ def test_cut_off_in_flight_and_waiting_are_counted(start_sim, tmp_path: Path) ->
     waiting = [r for r in records if "before this request was sent" in r["error"]]
     assert (len(in_flight), len(waiting)) == (concurrency, PROMPTS - concurrency), [r["error"] for r in records]
     assert any(line.startswith("cut_off:") and line.split()[1] == str(PROMPTS) for line in cell.stdout.splitlines())
+
+
+def test_no_server_every_request_fails_to_connect(child_runner, tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    run = child_runner.bench(*_bench_argv(url, tmp_path / "result")[len(llmload_command()) + 1 :],
+                             "--no-initial-test")
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.describe()
+    result = json.loads((tmp_path / "result" / "run.json").read_text())
+    records = [json.loads(line) for line in (tmp_path / "result" / "run.records.jsonl").read_text().splitlines()]
+    assert result["sent"] == result["failed"] == len(records) == PROMPTS
+    assert result["failures_by_kind"] == {"connect": PROMPTS}
+    assert all(r["failure_kind"] == "connect" and url.rsplit(":", 1)[1] in r["error"] for r in records)
+    OTHER["no server listening (--no-initial-test)"] = f"connect {PROMPTS}; completed 0; exit {run.returncode}"
