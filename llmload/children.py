@@ -57,3 +57,12 @@ def stop_child(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
         proc.wait()
     except ProcessLookupError:
         pass
+
+
+#: secrets a child never needs in its environment (local workers get the key from the master's job)
+SECRET_ENV = ("OPENAI_API_KEY", "LLMLOAD_API_KEY", "LLMLOAD_CLUSTER_TOKEN")
+
+
+def child_env() -> dict[str, str]:
+    """This process's environment without the secrets in :data:`SECRET_ENV`."""
+    return {k: v for k, v in os.environ.items() if k not in SECRET_ENV}

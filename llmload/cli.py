@@ -77,9 +77,9 @@ def run_reporting_errors(func, args, parser: argparse.ArgumentParser) -> int:
             raise
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         print(f"{parser.prog}: interrupted", file=sys.stderr)
-        return 130
+        return int(getattr(exc, "exit_code", 130))
 
 
 if __name__ == "__main__":

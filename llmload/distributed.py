@@ -4,11 +4,22 @@ what they had not sent yet.
 
 Messages ride on Locust's master/worker channel under ``llm_*`` names (DESIGN §7)::
 
+    master -> worker   llm_challenge {nonce}                       (with a cluster token: prove you know it)
+    worker -> master   llm_auth      {proof}                       HMAC-SHA256(token, nonce + worker id)
     master -> worker   llm_job      {run, start_wall, items: [[index, offset, prompt, prompt_len, output_len]...],
-                                     max_concurrency}
-    master -> worker   llm_stop     {stop_timeout}
+                                     max_concurrency, stop_timeout}
+    master -> worker   llm_stop     {force}                        force: cut off what is in flight now
+    master -> worker   llm_revoke   {indices, resume}              requests moved elsewhere; resume: go on
+    worker -> master   llm_resumed  {}                             this worker was frozen (SIGSTOP, swap): may I?
     worker -> master   llm_records  {records: [RequestRecord dicts], dispatched: [index...], clock}
     worker -> master   llm_done     {records, dispatched}
+
+Workers get jobs (and with them the API key) only once authenticated: with a cluster token set
+(``LLMLOAD_CLUSTER_TOKEN`` or ``--cluster-token-file``) a worker must answer the master's challenge; a stranger
+that connects is told to quit. Without a token every worker that connects is trusted.
+
+A worker that was frozen longer than :data:`FREEZE_S` (its own loop stopped) asks the master before it sends
+anything more: the master may have given its unsent requests to the others meanwhile.
 
 Clocks: record times are the worker's ``perf_counter``; every batch carries the worker's
 ``time.time() - perf_counter()`` so the master moves them onto its own timeline.
@@ -16,6 +27,9 @@ Clocks: record times are the worker's ``perf_counter``; every batch carries the 
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +48,10 @@ BATCH_INTERVAL_S = 0.25
 START_LEAD_S = 0.5
 #: requests re-balanced to a joining worker are due at least this far in the future
 REBALANCE_MARGIN_S = 2.0
+#: a worker whose own loop did not run for this long was frozen, and checks with the master before it sends
+FREEZE_S = 2.0
+#: how long a resumed worker waits for the master's answer before it sends nothing more of its job
+RESUME_WAIT_S = 10.0
 _TIME_FIELDS = ("start", "first_token", "intended_send", "dispatched_at")
 
 
@@ -54,6 +72,11 @@ def shift_record(record: RequestRecord, shift: float) -> None:
     record.chunk_times = [t + shift for t in record.chunk_times]
 
 
+def auth_proof(token: str, nonce: str, worker_id: str) -> str:
+    """What a worker answers to the master's challenge: the token itself never goes over the wire."""
+    return hmac.new(token.encode(), f"{nonce}:{worker_id}".encode(), hashlib.sha256).hexdigest()
+
+
 def split_concurrency(total: int | None, workers: int) -> list[int | None]:
     """The global ``--max-concurrency`` split across workers (they add up to the total)."""
     if total is None:
@@ -66,33 +89,69 @@ def split_concurrency(total: int | None, workers: int) -> list[int | None]:
 class BenchWorker:
     """Runs the jobs a bench master sends; ships records back."""
 
-    def __init__(self, runner: Any, make_user: Callable[[dict[str, Any]], Any]) -> None:
+    def __init__(self, runner: Any, make_user: Callable[[dict[str, Any]], Any], token: str | None = None,
+                 log: Callable[[str], None] = print) -> None:
         self.runner = runner
         self.make_user = make_user
+        self.token = token
+        self.log = log
         self.stop_event = Event()
-        self.stop_timeout = 0.0
+        #: set by a forced stop: cut off what is in flight now
+        self.cut_event = Event()
         self._pending: list[dict[str, Any]] = []
         self._dispatched: list[int] = []
         self._sent = 0
         self._jobs: list[gevent.Greenlet] = []
         self._flusher: gevent.Greenlet | None = None
+        self._last_tick = perf_counter()
+        #: the loop did not run for FREEZE_S or longer: check with the master before sending more
+        self._frozen = False
+        self._resumed = Event()
         runner.register_message("llm_job", self._on_job)
         runner.register_message("llm_stop", self._on_stop)
         runner.register_message("llm_revoke", self._on_revoke)
+        runner.register_message("llm_challenge", self._on_challenge)
         #: requests the master moved to another worker before they were due
         self.revoked: set[int] = set()
 
+    def _on_challenge(self, msg: Any, **_: Any) -> None:
+        if not self.token:
+            self.log("the master asks for a cluster token and this worker has none "
+                     "(set LLMLOAD_CLUSTER_TOKEN or --cluster-token-file)")
+        nonce = str((msg.data or {}).get("nonce", ""))
+        proof = auth_proof(self.token, nonce, self.runner.client_id) if self.token else ""
+        self.runner.send_message("llm_auth", {"proof": proof})
+
     def _on_job(self, msg: Any, **_: Any) -> None:
+        self._last_tick = perf_counter()
         self._jobs.append(gevent.spawn(self._run_job, msg.data))
         if self._flusher is None:
             self._flusher = gevent.spawn(self._flush_loop)
 
     def _on_revoke(self, msg: Any, **_: Any) -> None:
-        self.revoked.update(int(i) for i in (msg.data or {}).get("indices", []))
+        data = msg.data or {}
+        self.revoked.update(int(i) for i in data.get("indices", []))
+        if data.get("resume"):
+            self._resumed.set()
 
     def _on_stop(self, msg: Any, **_: Any) -> None:
-        self.stop_timeout = float((msg.data or {}).get("stop_timeout") or 0.0)
+        if (msg.data or {}).get("force"):
+            self.cut_event.set()
         self.stop_event.set()
+
+    def _may_send(self, index: int) -> bool:
+        """Asked as request ``index`` is due. After a freeze, first ask the master what is still ours."""
+        if self._frozen or perf_counter() - self._last_tick > FREEZE_S:
+            self.log("this worker was frozen: asking the master which requests are still its own")
+            self._resumed.clear()
+            self.runner.send_message("llm_resumed", {})
+            if not self._resumed.wait(RESUME_WAIT_S):
+                self.log("the master did not answer after this worker was frozen: sending nothing more")
+                self.stop_event.set()
+                return False
+            self._frozen = False
+            self._last_tick = perf_counter()
+        return index not in self.revoked
 
     def _run_job(self, job: dict[str, Any]) -> None:
         from llmload.bench.dispatch import run_open_loop
@@ -112,9 +171,10 @@ class BenchWorker:
             user.new_record, user.send, samples, offsets,
             max_concurrency=job.get("max_concurrency"), stop_event=self.stop_event, start_at=start_at,
             on_dispatch=lambda i: self._dispatched.append(items[i][0]),
-            skip=lambda i: items[i][0] in self.revoked,
+            skip=lambda i: not self._may_send(items[i][0]),
             on_record=lambda r: self._pending.append(r.to_dict()),
-            stop_timeout=self.stop_timeout,
+            stop_timeout=float(job.get("stop_timeout") or 0.0),
+            cut_event=self.cut_event,
         )
         health.stop()
         self._jobs.remove(gevent.getcurrent())
@@ -134,7 +194,12 @@ class BenchWorker:
 
     def _flush_loop(self) -> None:
         while True:
-            gevent.sleep(BATCH_INTERVAL_S)
+            for _ in range(round(BATCH_INTERVAL_S / 0.05)):
+                gevent.sleep(0.05)
+                now = perf_counter()
+                if now - self._last_tick > FREEZE_S:
+                    self._frozen = True
+                self._last_tick = now
             self._flush()
 
 
@@ -150,6 +215,8 @@ class WorkerState:
     done: bool = False
     lost: bool = False
     health: dict[str, Any] | None = None
+    #: its unsent requests, given to other workers when it was thought dead
+    reassigned_away: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -168,9 +235,16 @@ class MasterResult:
 class BenchMaster:
     """Drives a distributed run from the master's side."""
 
-    def __init__(self, runner: Any, on_record: Callable[[RequestRecord], None] | None = None) -> None:
+    def __init__(self, runner: Any, on_record: Callable[[RequestRecord], None] | None = None,
+                 token: str | None = None, log: Callable[[str], None] = print) -> None:
         self.runner = runner
         self.on_record = on_record
+        self.token = token
+        self.log = log
+        #: worker id -> nonce of the challenge sent to it
+        self._challenged: dict[str, str] = {}
+        #: workers that proved they hold the cluster token (all workers when there is none)
+        self.authenticated: set[str] = set()
         self.workers: dict[str, WorkerState] = {}
         self.records: dict[int, RequestRecord] = {}
         #: requests re-assigned from a dead worker: sent late on purpose, so not counted as client lag
@@ -178,12 +252,49 @@ class BenchMaster:
         self._my_clock = clock_offset()
         runner.register_message("llm_records", self._on_records)
         runner.register_message("llm_done", self._on_done)
+        runner.register_message("llm_auth", self._on_auth)
+        runner.register_message("llm_resumed", self._on_resumed)
+
+    def ready_workers(self) -> list[str]:
+        """Connected workers that may get jobs; challenges the ones not yet asked."""
+        ready = [c.id for c in self.runner.clients.ready]
+        if not self.token:
+            return ready
+        for cid in ready:
+            if cid not in self._challenged:
+                nonce = secrets.token_hex(16)
+                self._challenged[cid] = nonce
+                self.runner.send_message("llm_challenge", {"nonce": nonce}, client_id=cid)
+        return [cid for cid in ready if cid in self.authenticated]
+
+    def _on_auth(self, msg: Any, **_: Any) -> None:
+        cid = msg.node_id
+        nonce = self._challenged.get(cid)
+        proof = str((msg.data or {}).get("proof", ""))
+        if nonce is not None and self.token and hmac.compare_digest(proof, auth_proof(self.token, nonce, cid)):
+            self.authenticated.add(cid)
+            return
+        self.log(f"a worker ({cid}) failed to authenticate with the cluster token: it gets no job and is told "
+                 "to quit")
+        self.runner.send_message("quit", None, client_id=cid)
+
+    def _on_resumed(self, msg: Any, **_: Any) -> None:
+        """A worker that was frozen asks what is still its own: nothing it had not sent, if we gave that away."""
+        state = self.workers.get(msg.node_id)
+        revoke: list[int] = []
+        if state is not None and state.lost:
+            revoke = sorted(state.reassigned_away)
+            state.lost = False
+            state.done = False
+            self.log(f"worker{state.index} is back after a freeze: the {len(revoke)} requests it had not sent "
+                     "stay with the others")
+        self.runner.send_message("llm_revoke", {"indices": revoke, "resume": True}, client_id=msg.node_id)
 
     def wait_for_workers(self, expected: int, timeout_s: float, log: Callable[[str], None]) -> list[str]:
         deadline = perf_counter() + timeout_s
         last = -1
         while perf_counter() < deadline:
-            ready = [c.id for c in self.runner.clients.ready]
+            ready = self.ready_workers()
             if len(ready) != last:
                 log(f"{len(ready)}/{expected} workers connected")
                 last = len(ready)
@@ -225,6 +336,7 @@ class BenchMaster:
         stop_event: Event,
         stop_timeout: float,
         log: Callable[[str], None],
+        cut_event: Event | None = None,
     ) -> MasterResult:
         n = len(client_ids)
         shares = split_concurrency(max_concurrency, n)
@@ -234,14 +346,19 @@ class BenchMaster:
             state = WorkerState(cid, self.runner.get_worker_index(cid))
             state.assigned = set(range(k, len(samples), n))
             self.workers[cid] = state
-            self._send_job(state, sorted(state.assigned), run_config, samples, offsets, start_wall, shares[k])
-        stopped = False
+            self._send_job(state, sorted(state.assigned), run_config, samples, offsets, start_wall, shares[k],
+                           stop_timeout)
+        stopped = forced = False
         while True:
             gevent.sleep(0.1)
             if stop_event.is_set() and not stopped:
                 stopped = True
                 for cid in self.workers:
-                    self.runner.send_message("llm_stop", {"stop_timeout": stop_timeout}, client_id=cid)
+                    self.runner.send_message("llm_stop", {"force": False}, client_id=cid)
+            if cut_event is not None and cut_event.is_set() and not forced:
+                forced = True
+                for cid in self.workers:
+                    self.runner.send_message("llm_stop", {"force": True}, client_id=cid)
             alive = {c.id for c in self.runner.clients.all if c.state != "missing"}
             for state in self.workers.values():
                 if state.done or state.lost or state.client_id in alive:
@@ -256,15 +373,17 @@ class BenchMaster:
                 if not survivors:
                     survivors = [s for s in self.workers.values() if not s.lost and s.client_id in alive]
                 if todo and survivors and not stopped:
+                    state.assigned.difference_update(todo)
+                    state.reassigned_away.update(todo)
                     for k, s in enumerate(survivors):
                         part = todo[k :: len(survivors)]
                         if part:
                             self.reassigned.update(part)
                             s.assigned.update(part)
                             s.done = False
-                            self._send_job(s, part, run_config, samples, offsets, start_wall, None)
+                            self._send_job(s, part, run_config, samples, offsets, start_wall, None, stop_timeout)
             if not stopped:
-                self._welcome_new_workers(run_config, samples, offsets, start, start_wall, log)
+                self._welcome_new_workers(run_config, samples, offsets, start, start_wall, log, stop_timeout)
             if all(s.done or s.lost for s in self.workers.values()):
                 break
         end = max((r.end for r in self.records.values() if r.end is not None), default=perf_counter())
@@ -279,10 +398,10 @@ class BenchMaster:
 
     def _welcome_new_workers(self, run_config: dict[str, Any], samples: Sequence[SampleRequest],
                              offsets: Sequence[float], start: float, start_wall: float,
-                             log: Callable[[str], None]) -> None:
+                             log: Callable[[str], None], stop_timeout: float) -> None:
         """A worker that connects mid-run takes an equal share of every busy worker's requests that are due
         more than ``REBALANCE_MARGIN_S`` from now (so none of them can have been sent already)."""
-        ready = [c.id for c in self.runner.clients.ready if c.id not in self.workers]
+        ready = [cid for cid in self.ready_workers() if cid not in self.workers]
         for cid in ready:
             busy = [s for s in self.workers.values() if not s.done and not s.lost]
             if not busy:
@@ -301,7 +420,8 @@ class BenchMaster:
                     moved.extend(take)
             if moved:
                 newcomer.assigned = set(moved)
-                self._send_job(newcomer, sorted(moved), run_config, samples, offsets, start_wall, None)
+                self._send_job(newcomer, sorted(moved), run_config, samples, offsets, start_wall, None,
+                               stop_timeout)
                 log(f"worker{newcomer.index} joined: it takes {len(moved)} not yet due requests from the others")
             else:
                 newcomer.done = True
@@ -323,11 +443,12 @@ class BenchMaster:
 
     def _send_job(self, state: WorkerState, indices: Sequence[int], run_config: dict[str, Any],
                   samples: Sequence[SampleRequest], offsets: Sequence[float], start_wall: float,
-                  max_concurrency: int | None) -> None:
+                  max_concurrency: int | None, stop_timeout: float) -> None:
         items = [[i, float(offsets[i]), samples[i].prompt, samples[i].prompt_len, samples[i].expected_output_len]
                  for i in indices]
         self.runner.send_message(
             "llm_job",
-            {"run": run_config, "start_wall": start_wall, "items": items, "max_concurrency": max_concurrency},
+            {"run": run_config, "start_wall": start_wall, "items": items, "max_concurrency": max_concurrency,
+             "stop_timeout": stop_timeout},
             client_id=state.client_id,
         )

@@ -2,9 +2,9 @@
 
     LLMLoadError               any failure we explain to the user (exit 1)
     ├── ConfigError            bad flags or settings (exit 2)
-    ├── DatasetError           a dataset or trace file that cannot be used
-    ├── TokenizerError         a tokenizer that cannot be loaded (offline, missing)
-    └── EndpointError          the server is unreachable or answers in a way we cannot use
+    ├── DatasetError           a dataset or trace file that cannot be used (exit 2: bad input)
+    ├── TokenizerError         a tokenizer that cannot be loaded (offline, missing) (exit 2: bad input)
+    └── EndpointError          the server is unreachable or answers in a way we cannot use (exit 1)
 
 Foreign exceptions are translated into these at the boundary that sees them; the CLI prints
 ``llmload: error: <message>`` and exits. Set ``LLMLOAD_DEBUG=1`` for the traceback.
@@ -28,9 +28,13 @@ class ConfigError(LLMLoadError):
 class DatasetError(LLMLoadError):
     """A dataset, trace or records file cannot be read or has no usable rows."""
 
+    exit_code = 2
+
 
 class TokenizerError(LLMLoadError):
     """A tokenizer cannot be loaded; the message says how to fix it."""
+
+    exit_code = 2
 
 
 class EndpointError(LLMLoadError):

@@ -9,7 +9,7 @@ import sys
 import time
 from collections.abc import Sequence
 
-from llmload.children import start_child, stop_child
+from llmload.children import child_env, start_child, stop_child
 from llmload.errors import LLMLoadError
 
 _READY = re.compile(r"listening on (http://\S+)")
@@ -28,6 +28,7 @@ class SimProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL if quiet else None,
             text=True,
+            env=child_env(),
         )
         try:
             self.url = self._wait_ready(timeout_s)

@@ -14,6 +14,7 @@ Without epoll (not Linux) each request reads its own socket with the same parser
 from __future__ import annotations
 
 import os
+import re
 import select
 import socket
 import ssl
@@ -38,6 +39,8 @@ SWITCH_INTERVAL_S = 0.0005
 #: how often the watchdog checks read and request timeouts
 WATCH_INTERVAL_S = 0.25
 OnLines = Callable[["Response", int], None] | None
+#: a chunk size: hex digits only (no sign, no 0x, no underscores: int(_, 16) would take those), at most 2**64
+_HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
 
 
 #: what went wrong on the wire, as :attr:`HTTPError.kind` (llmload.failures maps these to failure kinds)
@@ -80,7 +83,7 @@ class Response:
 class ResponseParser:
     """Push parser for one response: :meth:`feed` bytes as they arrive, with the time they arrived."""
 
-    __slots__ = ("_body", "_mode", "_pending", "_raw", "_remaining", "done", "keep_alive", "leftover",
+    __slots__ = ("_body", "_crlf", "_mode", "_pending", "_raw", "_remaining", "done", "keep_alive", "leftover",
                  "on_lines", "resp")
 
     def __init__(self, on_lines: OnLines = None) -> None:
@@ -91,6 +94,8 @@ class ResponseParser:
         self._pending = b""
         self._body: list[bytes] = []
         self._remaining = 0
+        #: chunked: the CRLF that closes a chunk's data is still to come
+        self._crlf = False
         self.done = False
         self.keep_alive = False
         #: bytes received past the end of this response
@@ -166,7 +171,10 @@ class ResponseParser:
             self._mode = "chunked"
         elif "content-length" in resp.headers:
             try:
-                self._remaining = int(resp.headers["content-length"])
+                length = resp.headers["content-length"]
+                if not (length.isascii() and length.isdigit()):
+                    raise ValueError(length)
+                self._remaining = int(length)
             except ValueError:
                 raise HTTPError(f"bad Content-Length: {resp.headers['content-length']!r}", resp,
                                 MALFORMED_HTTP) from None
@@ -195,38 +203,57 @@ class ResponseParser:
             self.on_lines(self.resp, first)
 
     def _feed_chunked(self, raw: bytes, t: float) -> bool:
+        """Decode chunk data as it arrives, so a line is stamped by the read that brought its newline."""
         pos = 0
         decoded: list[bytes] = []
-        while True:
-            i = raw.find(b"\r\n", pos)
-            if i < 0:
-                break
-            try:
-                size = int(raw[pos:i].split(b";", 1)[0], 16)
-            except ValueError:
-                raise HTTPError(f"malformed chunk size line: {raw[pos:i][:40]!r}", self.resp,
-                                MALFORMED_HTTP) from None
-            if size == 0:
-                # the last chunk, then optional trailers and an empty line
-                j = i + 2 if raw[i + 2 : i + 4] == b"\r\n" else raw.find(b"\r\n\r\n", i + 2)
-                if j < 0 or len(raw) < j + 2:
+        try:
+            while True:
+                if self._remaining:
+                    # inside a chunk's data: take what has arrived
+                    take = raw[pos : pos + self._remaining]
+                    if take:
+                        decoded.append(take)
+                        pos += len(take)
+                        self._remaining -= len(take)
+                    if self._remaining:
+                        break
+                    self._crlf = True
+                if self._crlf:
+                    if len(raw) < pos + 2:
+                        break
+                    if raw[pos : pos + 2] != b"\r\n":
+                        raise HTTPError(f"chunk not followed by CRLF: {raw[pos : pos + 2]!r}", self.resp,
+                                        MALFORMED_HTTP)
+                    pos += 2
+                    self._crlf = False
+                i = raw.find(b"\r\n", pos)
+                if i < 0:
                     break
-                if j != i + 2:
-                    j += 2
-                if decoded:
-                    self._decoded(b"".join(decoded), t)
-                if self._pending:
-                    self._lines(b"\n", t)
-                self.resp.body = b"".join(self._body)
-                self.leftover = raw[j + 2 :]
-                return self._finish()
-            end = i + 2 + size
-            if len(raw) < end + 2:
-                break
-            decoded.append(raw[i + 2 : end])
-            pos = end + 2
-        if decoded:
-            self._decoded(b"".join(decoded), t)
+                size_field = raw[pos:i].split(b";", 1)[0].rstrip(b" \t")
+                if not _HEX.fullmatch(size_field):
+                    raise HTTPError(f"malformed chunk size line: {raw[pos:i][:40]!r}", self.resp, MALFORMED_HTTP)
+                size = int(size_field, 16)
+                if size == 0:
+                    # the last chunk, then optional trailers and an empty line
+                    j = i + 2 if raw[i + 2 : i + 4] == b"\r\n" else raw.find(b"\r\n\r\n", i + 2)
+                    if j < 0:
+                        break
+                    if j != i + 2:
+                        j += 2
+                    if decoded:
+                        self._decoded(b"".join(decoded), t)
+                        decoded = []
+                    if self._pending:
+                        self._lines(b"\n", t)
+                    self.resp.body = b"".join(self._body)
+                    self.leftover = raw[j + 2 :]
+                    return self._finish()
+                self._remaining = size
+                pos = i + 2
+        finally:
+            # what arrived before a framing error is kept too
+            if decoded:
+                self._decoded(b"".join(decoded), t)
         self._raw = raw[pos:]
         return False
 

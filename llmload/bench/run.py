@@ -7,15 +7,19 @@ import gc
 import math
 import os
 import shlex
-import signal
 import sys
 from contextlib import ExitStack
 from datetime import datetime
 from pathlib import Path
+from time import perf_counter
 from typing import Any
 
-from llmload.errors import ConfigError, EndpointError, LLMLoadError
+from llmload.errors import ConfigError, DatasetError, EndpointError, LLMLoadError
 from llmload.metrics import parse_goodput
+from llmload.urls import basic_auth, redact_url, secrets_in, strip_credentials
+
+#: environment variable holding the token workers must prove they know (docs/distributed.md)
+CLUSTER_TOKEN_ENV = "LLMLOAD_CLUSTER_TOKEN"
 
 
 def _log(message: str) -> None:
@@ -39,7 +43,16 @@ def _base_url(args: argparse.Namespace) -> str | None:
         if args.host or args.port:
             raise ConfigError("give either --base-url or --host/--port, not both")
         if not args.base_url.startswith(("http://", "https://")):
-            raise ConfigError(f"--base-url must start with http:// or https://, got {args.base_url!r}")
+            raise ConfigError(f"--base-url must start with http:// or https://, got {redact_url(args.base_url)!r}")
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(args.base_url)
+            parts.port  # noqa: B018  (raises ValueError for a bad port)
+        except ValueError as exc:
+            raise ConfigError(f"--base-url {redact_url(args.base_url)!r}: {exc}") from None
+        if not parts.hostname:
+            raise ConfigError(f"--base-url {redact_url(args.base_url)!r} has no host")
         return args.base_url.rstrip("/")
     if args.host or args.port:
         return f"http://{args.host or '127.0.0.1'}:{args.port or 8000}"
@@ -63,25 +76,36 @@ def _parse_metadata(items: list[str] | None) -> dict[str, str]:
     return out
 
 
-def served_models(base_url: str, api_key: str | None) -> list[str]:
+def served_models(base_url: str, api_key: str | None, timeout: float = 10.0) -> list[str]:
+    """The model names the server lists at ``/v1/models`` (credentials in ``base_url`` are sent, never shown)."""
     import urllib.error
     import urllib.request
 
     import orjson
 
-    request = urllib.request.Request(f"{base_url}/v1/models")
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
+    shown = redact_url(base_url)
+    request = urllib.request.Request(f"{strip_credentials(base_url)}/v1/models")
+    auth = f"Bearer {api_key}" if api_key else basic_auth(base_url)
+    if auth:
+        request.add_header("Authorization", auth)
     try:
-        with urllib.request.urlopen(request, timeout=10) as resp:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
             data = orjson.loads(resp.read())
     except urllib.error.HTTPError as exc:
-        raise EndpointError(f"{base_url}/v1/models answered HTTP {exc.code}; pass --model") from None
+        raise EndpointError(f"{shown}/v1/models answered HTTP {exc.code}; pass --model") from None
+    except TimeoutError:
+        raise EndpointError(f"{shown}/v1/models sent no answer within {timeout:g} s (--read-timeout); "
+                            "pass --model to skip asking") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise EndpointError(f"cannot reach the server at {base_url}: {reason}") from None
+        if isinstance(reason, TimeoutError):
+            raise EndpointError(f"{shown}/v1/models sent no answer within {timeout:g} s (--read-timeout); "
+                                "pass --model to skip asking") from None
+        raise EndpointError(f"cannot reach the server at {shown}: {reason}") from None
     except ValueError:
-        raise EndpointError(f"{base_url}/v1/models did not return JSON; pass --model") from None
+        raise EndpointError(f"{shown}/v1/models did not return JSON; pass --model") from None
+    if not isinstance(data, dict):
+        raise EndpointError(f"{shown}/v1/models did not return a model list; pass --model")
     return [m.get("id", "") for m in data.get("data", []) if isinstance(m, dict)]
 
 
@@ -101,6 +125,9 @@ def make_user_class(run: dict[str, Any]) -> type:
             "ignore_eos": run["ignore_eos"],
             "ttft_rule": run["ttft_rule"],
             "api_key": run.get("api_key"),
+            "connection_timeout": float(run.get("connect_timeout") or 30.0),
+            "network_timeout": float(run.get("read_timeout") or 600.0),
+            "request_timeout": run.get("request_timeout"),
         },
     )
 
@@ -121,22 +148,122 @@ def run_worker(args: argparse.Namespace) -> int:
 
     from llmload.distributed import BenchWorker
 
+    token = _cluster_token(args)
     env = _environment()
     runner = env.create_worker_runner(args.master_host, args.master_port)
-    BenchWorker(runner, lambda run: make_user_class(run)(env))
+    BenchWorker(runner, lambda run: make_user_class(run)(env), token=token, log=_log)
     _log(f"llmload worker connected to {args.master_host}:{args.master_port}; waiting for the master")
     runner.greenlet.join()
     return 0
 
 
 def run_bench(args: argparse.Namespace) -> int:
+    """``llmload bench``: validate everything, set up, initial test, run, report; see docs/reliability.md
+    for the exit codes and what each signal does when."""
     if args.worker:
         return run_worker(args)
     # Locust monkey-patches the standard library with gevent on import: do it before anything else runs.
-    import gevent
+    import gevent  # noqa: F401
 
+    from llmload.interrupts import Interrupted, RunInterrupts
+
+    plan = _validate(args)
+    with RunInterrupts(_log) as interrupts:
+        try:
+            return _bench(args, plan, interrupts)
+        except Interrupted as exc:
+            _log(f"{exc}: stopped during start-up, before the benchmark started; nothing was measured")
+            return exc.exit_code
+
+
+class _Plan:
+    """What the flags say, checked before anything starts (every usage error is found here: exit 2)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from llmload.arrivals import parse_think_time, validate_arrivals
+
+        self.base_url = _base_url(args)
+        self.api_key = _api_key(args)
+        self.goodput = parse_goodput(args.goodput)
+        self.percentiles = args.metric_percentiles
+        self.selected = args.percentile_metrics
+        self.metadata = _parse_metadata(args.metadata)
+        validate_arrivals(args.request_rate, args.burstiness, args.ramp_up_strategy, args.ramp_up_start_rps,
+                          args.ramp_up_end_rps)
+        self.distributed = bool(args.processes or args.master)
+        if args.master and not args.expect_workers:
+            raise ConfigError("--master needs --expect-workers N (N >= 1)")
+        self.use_sim = self.base_url is None
+        self.num_prompts = args.num_prompts or (SIM_PROMPTS if self.use_sim else 1000)
+        if args.dataset_name in ("trace", "custom") and not args.dataset_path:
+            what = "an Azure/BurstGPT CSV or a JSONL trace" if args.dataset_name == "trace" else "a JSONL file"
+            raise ConfigError(f"--dataset-name {args.dataset_name} needs --dataset-path ({what})")
+        if args.dataset_path and not Path(args.dataset_path).is_file():
+            raise ConfigError(f"--dataset-path {args.dataset_path}: no such file")
+        if args.dataset_name == "trace":
+            self.num_prompts = args.num_prompts  # None: the whole window
+            if args.rate_shape or args.constant_rate:
+                raise ConfigError("a trace brings its own arrival times: drop --rate-shape/--constant-rate")
+        if args.think_time and not args.max_concurrency:
+            raise ConfigError("--think-time needs --max-concurrency N (the number of closed-loop users)")
+        self.think = parse_think_time(args.think_time) if args.think_time else None
+        if args.rate_shape:
+            from llmload.shapes import parse_shape
+
+            parse_shape(args.rate_shape, "--rate-shape")
+        if args.fail_on_slo is not None and not self.goodput:
+            raise ConfigError("--fail-on-slo needs --goodput SLOs to judge against")
+        self.save = bool(args.save_result or args.save_detailed)
+        if self.save:
+            _check_writable(Path(args.result_dir))
+            if args.records_format == "parquet":
+                try:
+                    import pyarrow  # noqa: F401
+                except ImportError:
+                    raise ConfigError("--records-format parquet needs pyarrow: pip install pyarrow") from None
+        self.cluster_token = _cluster_token(args)
+        if args.master and not self.cluster_token and not _is_loopback(args.master_bind_host) and (
+                self.api_key or (self.base_url and secrets_in(self.base_url))):
+            raise ConfigError(
+                f"--master binds {args.master_bind_host!r} and workers would receive the API key: set a cluster "
+                "token (LLMLOAD_CLUSTER_TOKEN or --cluster-token-file) on the master and the workers, or bind "
+                "--master-bind-host 127.0.0.1")
+
+
+def _validate(args: argparse.Namespace) -> _Plan:
+    return _Plan(args)
+
+
+def _check_writable(directory: Path) -> None:
+    """Create ``--result-dir`` and write a probe file, so an unwritable place fails now, not after the run."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".llmload-probe-{os.getpid()}"
+        probe.write_bytes(b"probe")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"--result-dir {directory}: cannot write there ({exc.strerror or exc})") from None
+
+
+def _cluster_token(args: argparse.Namespace) -> str | None:
+    path = getattr(args, "cluster_token_file", None)
+    if path:
+        try:
+            token = (sys.stdin.read() if path == "-" else Path(path).read_text()).strip()
+        except OSError as exc:
+            raise ConfigError(f"--cluster-token-file: cannot read {path}: {exc.strerror}") from None
+        if not token:
+            raise ConfigError(f"--cluster-token-file: {path} is empty")
+        return token
+    return os.environ.get(CLUSTER_TOKEN_ENV) or None
+
+
+def _is_loopback(host: str) -> bool:
+    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+
+
+def _bench(args: argparse.Namespace, plan: _Plan, interrupts: Any) -> int:
     from llmload._compat import import_transformers
-    from llmload.arrivals import parse_think_time, validate_arrivals
     from llmload.bench.health import HealthMonitor
     from llmload.bench.progress import Progress
     from llmload.datasets import load_samples
@@ -145,27 +272,9 @@ def run_bench(args: argparse.Namespace) -> int:
     from llmload.summary import format_run_header
     from llmload.tokenizer import load_tokenizer
 
-    base_url = _base_url(args)
-    api_key = _api_key(args)
-    goodput = parse_goodput(args.goodput)
-    percentiles = _parse_list(args.metric_percentiles, "--metric-percentiles", float)
-    selected = _parse_list(args.percentile_metrics, "--percentile-metrics", str)
-    metadata = _parse_metadata(args.metadata)
-    validate_arrivals(args.request_rate, args.burstiness, args.ramp_up_strategy, args.ramp_up_start_rps,
-                      args.ramp_up_end_rps)
-    distributed = bool(args.processes or args.master)
-    if args.processes is not None and args.processes < 1:
-        raise ConfigError("--processes must be at least 1")
-    use_sim = base_url is None
-    num_prompts = args.num_prompts or (SIM_PROMPTS if use_sim else 1000)
-    if args.dataset_name == "trace":
-        if not args.dataset_path:
-            raise ConfigError("--dataset-name trace needs --dataset-path (an Azure/BurstGPT CSV or a JSONL trace)")
-        num_prompts = args.num_prompts  # None: the whole window
-    if args.think_time and not args.max_concurrency:
-        raise ConfigError("--think-time needs --max-concurrency N (the number of closed-loop users)")
-    think = parse_think_time(args.think_time) if args.think_time else None
-
+    base_url = plan.base_url
+    use_sim = plan.use_sim
+    num_prompts = plan.num_prompts
     with ExitStack() as stack:
         if use_sim:
             sim_args = ["--tokenizer", "builtin", *shlex.split(args.sim_args)]
@@ -179,9 +288,9 @@ def run_bench(args: argparse.Namespace) -> int:
 
         model = args.model
         if not model:
-            served = served_models(base_url, api_key)
+            served = served_models(base_url, plan.api_key, timeout=min(args.read_timeout, 30.0))
             if not served:
-                raise EndpointError(f"{base_url}/v1/models lists no model; pass --model")
+                raise EndpointError(f"{redact_url(base_url)}/v1/models lists no model; pass --model")
             model = served[0]
         tokenizer_id = args.tokenizer or ("builtin" if use_sim else model)
         _log(f"Loading tokenizer {tokenizer_id!r} and {num_prompts or 'all'} prompts from the {args.dataset_name} "
@@ -193,7 +302,7 @@ def run_bench(args: argparse.Namespace) -> int:
         if num_prompts and len(samples) < num_prompts:
             _log(f"warning: the dataset gave {len(samples)} usable prompts, fewer than --num-prompts {num_prompts}")
         if not samples:
-            raise LLMLoadError("the dataset gave no usable prompts")
+            raise DatasetError("the dataset gave no usable prompts")
 
         samples, offsets = _schedule(args, samples)
         run_config = {
@@ -201,23 +310,22 @@ def run_bench(args: argparse.Namespace) -> int:
             "model": args.served_model_name or model, "ttft_rule": args.ttft_rule,
             # a trace fixes every output length: force it with max_tokens + ignore_eos
             "ignore_eos": args.ignore_eos or args.dataset_name == "trace",
-            "api_key": api_key,
+            "api_key": plan.api_key,
+            "connect_timeout": args.connect_timeout, "read_timeout": args.read_timeout,
+            "request_timeout": args.request_timeout,
         }
         env = _environment(make_user_class(run_config))
         user = env.user_classes[0](env)
 
-        _log("Starting initial single prompt test run...")
-        probe = user.send(samples[0])
-        if not probe.success:
-            raise EndpointError(
-                f"initial test request to {base_url}{user._path} failed: {probe.error}. "
-                "Check --base-url, --backend, --endpoint and --model."
-            )
+        if args.no_initial_test:
+            _log("Skipping the initial test request (--no-initial-test)")
+        else:
+            _initial_test(user, samples[0], base_url, args)
         user._pool.close()
 
         master = None
-        if distributed:
-            master = stack.enter_context(_DistributedSetup(args, env))
+        if plan.distributed:
+            master = stack.enter_context(_DistributedSetup(args, env, plan.cluster_token))
         _log("Initial test run completed. Starting main benchmark run...")
         print(format_run_header(args.request_rate, args.burstiness, args.max_concurrency,
                                 ramp_up_strategy=args.ramp_up_strategy, ramp_up_start_rps=args.ramp_up_start_rps,
@@ -225,16 +333,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
         progress = Progress(len(samples))
         health = HealthMonitor()
-        stop = gevent.event.Event()
-
-        def on_interrupt() -> None:
-            if stop.is_set():
-                return
-            _log(f"\nInterrupted: no new requests; those in flight get {args.stop_timeout:g} s, then are cut off")
-            stop.set()
-
-        gevent.signal_handler(signal.SIGINT, on_interrupt)
-        gevent.signal_handler(signal.SIGTERM, on_interrupt)
+        interrupts.start_run(args.stop_timeout)
         if not args.disable_tqdm:
             progress.start()
         health.start()
@@ -248,26 +347,60 @@ def run_bench(args: argparse.Namespace) -> int:
             if master is None:
                 llm_events.request_complete.add_listener(progress.on_record)
                 try:
-                    outcome = _run_single(user, samples, offsets, args, stop, think)
+                    outcome = _run_single(user, samples, offsets, args, interrupts, plan.think)
                 finally:
                     llm_events.request_complete.remove_listener(progress.on_record)
             else:
                 master.bench.on_record = progress.on_record
-                outcome = master.run(run_config, samples, offsets, stop)
+                outcome = master.run(run_config, samples, offsets, interrupts)
         finally:
             gc.set_threshold(*gc_threshold)
             gc.unfreeze()
             health.stop()
             if not args.disable_tqdm:
                 progress.stop()
+        interrupts.start_report()
 
     # with --request-rate inf every request is due at once: how long spawning them took is not client lag
     open_loop = not math.isinf(args.request_rate) or args.rate_shape or args.dataset_name == "trace"
     health_report = health.report(outcome.schedule_lags_s if open_loop else None)
     if master is not None:
         health_report = master.bench.merged_health(master.result_workers, health_report)
-    return _report(args, outcome, samples, tokenizer, tokenizer_id, model, base_url if not use_sim else "llmload-sim",
-                   health_report, goodput, percentiles, selected, metadata)
+    outcome.interrupted_by = interrupts.signum
+    return _report(args, plan, outcome, samples, tokenizer, tokenizer_id, model,
+                   redact_url(base_url) if not use_sim else "llmload-sim", health_report)
+
+
+def _initial_test(user: Any, sample: Any, base_url: str, args: argparse.Namespace) -> None:
+    """One request before the run, as benchmark_serving does; says so while a silent server keeps it waiting."""
+    import gevent
+
+    _log("Starting initial single prompt test run...")
+    started = perf_counter()
+
+    def still_waiting() -> None:
+        every = 10.0
+        while True:
+            gevent.sleep(every)
+            _log(f"  initial test: no answer after {perf_counter() - started:.0f} s (gives up after "
+                 f"--read-timeout {args.read_timeout:g} s without data)")
+            every = 30.0
+
+    ticker = gevent.spawn(still_waiting)
+    try:
+        probe = user.send(sample)
+    finally:
+        ticker.kill()
+    if probe.success:
+        return
+    kind = getattr(probe, "failure_kind", "")
+    hint = {
+        "read_timeout": f"the server sent nothing for --read-timeout {args.read_timeout:g} s",
+        "request_timeout": f"the request took longer than --request-timeout {args.request_timeout:g} s"
+        if args.request_timeout else "",
+        "connect": "check --base-url (or --host/--port) and that the server is up",
+    }.get(kind) or "check --base-url, --backend, --endpoint and --model"
+    raise EndpointError(f"initial test request to {redact_url(base_url)}{user._path} failed: {probe.error} ({hint})")
 
 
 class _Outcome:
@@ -281,43 +414,56 @@ class _Outcome:
         self.unsent = unsent
         self.workers = workers
         self.lost = lost
+        #: the signal that stopped the run early (None: it ran to the end)
+        self.interrupted_by: int | None = None
 
 
-def _run_single(user: Any, samples: list, offsets: Any, args: argparse.Namespace, stop: Any,
+def _run_single(user: Any, samples: list, offsets: Any, args: argparse.Namespace, interrupts: Any,
                 think: Any = None) -> _Outcome:
     from llmload.bench.dispatch import run_closed_loop, run_open_loop
 
     if think is not None:
-        result = run_closed_loop(user.new_record, user.send, samples, args.max_concurrency, think, stop_event=stop,
-                                 stop_timeout=args.stop_timeout)
+        result = run_closed_loop(user.new_record, user.send, samples, args.max_concurrency, think,
+                                 stop_event=interrupts.stop, stop_timeout=args.stop_timeout,
+                                 cut_event=interrupts.force)
         return _Outcome(result.records, result.duration, [], len(samples) - len(result.records))
     result = run_open_loop(user.new_record, user.send, samples, offsets, max_concurrency=args.max_concurrency,
-                           stop_event=stop, stop_timeout=args.stop_timeout)
+                           stop_event=interrupts.stop, stop_timeout=args.stop_timeout, cut_event=interrupts.force)
     return _Outcome(result.records, result.duration, result.schedule_lags_s, len(samples) - len(result.records))
 
 
 class _DistributedSetup:
     """The master side: bind, start local workers for ``--processes``, wait for them, stop them after."""
 
-    def __init__(self, args: argparse.Namespace, env: Any) -> None:
+    def __init__(self, args: argparse.Namespace, env: Any, token: str | None) -> None:
         self.args = args
         self.env = env
+        self.token = token
         self.procs: list[Any] = []
         self.result_workers: list[Any] = []
 
     def __enter__(self) -> _DistributedSetup:
+        try:
+            return self._start()
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def _start(self) -> _DistributedSetup:
+        import secrets
         import socket
         import subprocess
 
+        from llmload.children import child_env, start_child
         from llmload.distributed import BenchMaster
 
         args = self.args
         expected = args.processes or args.expect_workers
-        if not expected or expected < 1:
-            raise ConfigError("--master needs --expect-workers N (N >= 1)")
         bind_host, bind_port = args.master_bind_host, args.master_bind_port
         if args.processes:
+            # local workers: loopback only, and a fresh token so no other local process can take their place
             bind_host = "127.0.0.1"
+            self.token = secrets.token_hex(16)
             with socket.socket() as probe:
                 probe.bind(("127.0.0.1", 0))
                 bind_port = probe.getsockname()[1]
@@ -325,13 +471,18 @@ class _DistributedSetup:
             self.runner = self.env.create_master_runner(bind_host, bind_port)
         except Exception as exc:
             raise ConfigError(f"cannot bind the master to {bind_host}:{bind_port}: {exc}") from None
-        self.bench = BenchMaster(self.runner)
+        self.bench = BenchMaster(self.runner, token=self.token, log=_log)
         if args.processes:
+            # the token goes through stdin: never on a command line (ps) or in the environment (ps e)
             cmd = [sys.executable, "-m", "llmload.cli", "bench", "--worker", "--master-host", "127.0.0.1",
-                   "--master-port", str(bind_port)]
+                   "--master-port", str(bind_port), "--cluster-token-file", "-"]
             for _ in range(args.processes):
-                self.procs.append(subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                                   start_new_session=True))
+                proc = start_child(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, env=child_env())
+                self.procs.append(proc)
+                assert proc.stdin is not None
+                proc.stdin.write(self.token.encode() + b"\n")
+                proc.stdin.close()
             _log(f"Started {args.processes} local worker processes (pids {' '.join(str(p.pid) for p in self.procs)})")
         else:
             _log(f"Master listening on {bind_host}:{bind_port}; waiting for {expected} workers "
@@ -341,9 +492,9 @@ class _DistributedSetup:
             raise LLMLoadError(f"fewer than {expected} workers connected within {args.expect_workers_max_wait:g} s")
         return self
 
-    def run(self, run_config: dict[str, Any], samples: list, offsets: Any, stop: Any) -> _Outcome:
-        result = self.bench.run(self.clients, run_config, samples, offsets, self.args.max_concurrency, stop,
-                                self.args.stop_timeout, _log)
+    def run(self, run_config: dict[str, Any], samples: list, offsets: Any, interrupts: Any) -> _Outcome:
+        result = self.bench.run(self.clients, run_config, samples, offsets, self.args.max_concurrency,
+                                interrupts.stop, self.args.stop_timeout, _log, cut_event=interrupts.force)
         self.result_workers = result.workers
         workers = [{"worker": f"worker{w.index}", "assigned": len(w.assigned), "dispatched": len(w.dispatched),
                     "records": w.records, "lost": w.lost} for w in result.workers]
@@ -351,16 +502,19 @@ class _DistributedSetup:
                         workers, result.lost)
 
     def __exit__(self, *exc: object) -> None:
-        try:
-            self.runner.quit()
-        except Exception:
-            pass
+        from llmload.children import stop_child
+
+        runner = getattr(self, "runner", None)
+        if runner is not None:
+            try:
+                runner.quit()
+            except Exception:
+                pass
         for proc in self.procs:
             try:
                 proc.wait(timeout=5)
             except Exception:
-                proc.kill()
-                proc.wait()
+                stop_child(proc)
 
 
 def _schedule(args: argparse.Namespace, samples: list) -> tuple[list, Any]:
@@ -371,8 +525,6 @@ def _schedule(args: argparse.Namespace, samples: list) -> tuple[list, Any]:
     from llmload.arrivals import constant_offsets, vllm_send_offsets
 
     if args.dataset_name == "trace":
-        if args.rate_shape or args.constant_rate:
-            raise ConfigError("a trace brings its own arrival times: drop --rate-shape/--constant-rate")
         return samples, np.asarray([s.arrival_s or 0.0 for s in samples])
     rng = np.random.RandomState(args.seed)
     if args.rate_shape:
@@ -402,26 +554,48 @@ def _dataset_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"default_output_len": args.custom_output_len}
 
 
-def _report(args: argparse.Namespace, outcome: _Outcome, samples: list, tokenizer: Any, tokenizer_id: str,
-            model: str, target: str, health_report: dict[str, Any], goodput: Any, percentiles: list,
-            selected: list, metadata: dict[str, str]) -> int:
+def _report(args: argparse.Namespace, plan: _Plan, outcome: _Outcome, samples: list, tokenizer: Any,
+            tokenizer_id: str, model: str, target: str, health_report: dict[str, Any]) -> int:
+    """Print the summary, write the result JSON and records, and choose the exit code (docs/reliability.md)."""
     from llmload.bench.health import judge
-    from llmload.bench.results import default_filename, records_path, write_json, write_records
-    from llmload.metrics import compute_metrics, detailed_lists
-    from llmload.summary import format_summary
+    from llmload.interrupts import exit_code, signal_name
+    from llmload.metrics import compute_metrics
 
     records = sorted(outcome.records, key=lambda r: r.intended_send or 0.0)
     for r in records:
         if r.output_tokens_source == "pending":
             r.output_tokens = len(tokenizer(r.generated_text, add_special_tokens=False).input_ids)
             r.output_tokens_source = "tokenizer"
-    metrics = compute_metrics(records, max(outcome.duration, 1e-9), goodput_slos=goodput,
-                              selected_percentiles=percentiles, selected_metrics=selected,
+    metrics = compute_metrics(records, max(outcome.duration, 1e-9), goodput_slos=plan.goodput,
+                              selected_percentiles=plan.percentiles, selected_metrics=plan.selected,
                               ttft_rule=args.ttft_rule, schedule_lags_s=outcome.schedule_lags_s)
     health_report = judge(health_report, metrics.itl.median_ms)
+    interrupted = outcome.interrupted_by is not None
+    _print_summary(args, metrics, outcome, health_report)
+
+    wrote = True
+    if plan.save:
+        wrote = _save(args, plan, outcome, metrics, records, samples, tokenizer_id, model, target, health_report)
+    if interrupted:
+        _log(f"Interrupted by {signal_name(outcome.interrupted_by)}: the result above is partial")
+        return exit_code(outcome.interrupted_by)
+    if not metrics.completed:
+        _log("error: no request completed")
+        return 1
+    if not wrote:
+        return 1
+    return _threshold_exit(args, metrics, records)
+
+
+def _print_summary(args: argparse.Namespace, metrics: Any, outcome: _Outcome, health_report: dict[str, Any]) -> None:
+    from llmload.interrupts import signal_name
+    from llmload.summary import format_summary
+
     print(format_summary(metrics, backend_label=args.backend, request_rate=args.request_rate,
                          burstiness=args.burstiness, max_concurrency=args.max_concurrency,
                          client_health=health_report), flush=True)
+    if outcome.interrupted_by is not None:
+        print(f"{'Interrupted by:':<40} {signal_name(outcome.interrupted_by):<10}")
     if outcome.unsent:
         print(f"{'Not sent (run stopped early):':<40} {outcome.unsent:<10}")
     if outcome.workers is not None:
@@ -430,47 +604,82 @@ def _report(args: argparse.Namespace, outcome: _Outcome, samples: list, tokenize
             status = "LOST" if w["lost"] else "ok"
             print(f"{'  ' + w['worker'] + ' records (' + status + '):':<40} {w['records']:<10}")
         print(f"{'Lost with dead workers:':<40} {outcome.lost:<10}")
-    if metrics.failed:
-        errors: dict[str, int] = {}
-        for r in records:
-            if not r.success and not r.cut_off:
-                errors[r.error] = errors.get(r.error, 0) + 1
-        for message, n in sorted(errors.items(), key=lambda kv: -kv[1])[:3]:
-            _log(f"  {n} failed: {message}")
+    sys.stdout.flush()
 
-    if args.save_result or args.save_detailed:
-        now = datetime.now()
-        data: dict[str, Any] = {
-            "date": now.strftime("%Y%m%d-%H%M%S"),
-            "backend": args.backend,
-            "endpoint_type": args.backend,
-            "label": args.label,
-            "model_id": model,
-            "tokenizer_id": tokenizer_id,
-            "num_prompts": len(samples),
-            "dataset_name": args.dataset_name,
-            "base_url": target,
-            **metadata,
-            "request_rate": "inf" if math.isinf(args.request_rate) else args.request_rate,
-            "burstiness": args.burstiness,
-            "max_concurrency": args.max_concurrency,
-            **metrics.to_result_dict(),
-            "client_health": health_report,
-            "not_sent": outcome.unsent,
-        }
-        if outcome.workers is not None:
-            data["workers"] = outcome.workers
-            data["lost_with_workers"] = outcome.lost
-        if args.save_detailed:
-            data.update(detailed_lists(records, metrics))
-        label = args.label or args.backend
-        filename = args.result_filename or default_filename(label, args.request_rate, args.max_concurrency, model, now)
-        path = Path(args.result_dir) / filename
+
+def _save(args: argparse.Namespace, plan: _Plan, outcome: _Outcome, metrics: Any, records: list, samples: list,
+          tokenizer_id: str, model: str, target: str, health_report: dict[str, Any]) -> bool:
+    """Write the result JSON, then the records; a failure of one is one line on stderr and never stops the
+    other. Returns whether both were written."""
+    from llmload.bench.results import default_filename, records_path, write_json, write_records
+    from llmload.interrupts import signal_name
+    from llmload.metrics import detailed_lists
+
+    now = datetime.now()
+    data: dict[str, Any] = {
+        "date": now.strftime("%Y%m%d-%H%M%S"),
+        "backend": args.backend,
+        "endpoint_type": args.backend,
+        "label": args.label,
+        "model_id": model,
+        "tokenizer_id": tokenizer_id,
+        "num_prompts": len(samples),
+        "dataset_name": args.dataset_name,
+        "base_url": target,
+        **plan.metadata,
+        "request_rate": "inf" if math.isinf(args.request_rate) else args.request_rate,
+        "burstiness": args.burstiness,
+        "max_concurrency": args.max_concurrency,
+        **metrics.to_result_dict(),
+        "client_health": health_report,
+        "not_sent": outcome.unsent,
+        "interrupted": outcome.interrupted_by is not None,
+        "interrupt_signal": signal_name(outcome.interrupted_by) if outcome.interrupted_by is not None else None,
+    }
+    if outcome.workers is not None:
+        data["workers"] = outcome.workers
+        data["lost_with_workers"] = outcome.lost
+    if args.save_detailed:
+        data.update(detailed_lists(records, metrics))
+    label = args.label or args.backend
+    filename = args.result_filename or default_filename(label, args.request_rate, args.max_concurrency, model, now)
+    path = Path(args.result_dir) / filename
+    rec_path = records_path(path, args.records_format)
+    ok = True
+    try:
         write_json(path, data)
-        rec_path = records_path(path, args.records_format)
+    except OSError as exc:
+        _log(f"error: cannot write the result JSON {path}: {exc.strerror or exc}")
+        ok = False
+    try:
         write_records(rec_path, records, args.records_format)
+    except OSError as exc:
+        _log(f"error: cannot write every record to {rec_path}: {exc.strerror or exc} (the lines written are "
+             "complete records)")
+        return False
+    if ok:
         _log(f"Saved result to {path} and {len(records)} request records to {rec_path}")
-    return 0 if metrics.completed else 1
+    return ok
+
+
+def _threshold_exit(args: argparse.Namespace, metrics: Any, records: list) -> int:
+    """``--fail-on-error-rate`` / ``--fail-on-slo``: exit 3 when the run completed but missed the bar."""
+    sent = max(1, len(records))
+    if args.fail_on_error_rate is not None:
+        failed = sum(1 for r in records if not r.success)
+        if failed / sent > args.fail_on_error_rate:
+            _log(f"error: {failed} of {len(records)} requests failed ({failed / sent:.1%}), above "
+                 f"--fail-on-error-rate {args.fail_on_error_rate:g}")
+            return THRESHOLD_MISSED
+    if args.fail_on_slo is not None and metrics.request_goodput is not None:
+        good = round(metrics.request_goodput * metrics.duration)
+        if good / sent < args.fail_on_slo:
+            _log(f"error: {good} of {len(records)} requests met every --goodput SLO ({good / sent:.1%}), below "
+                 f"--fail-on-slo {args.fail_on_slo:g}")
+            return THRESHOLD_MISSED
+    return 0
 
 
 SIM_PROMPTS = 200
+#: exit code of a run that completed but missed --fail-on-error-rate or --fail-on-slo
+THRESHOLD_MISSED = 3

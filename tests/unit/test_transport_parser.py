@@ -24,8 +24,8 @@ from llmload.transport import HTTPError, Response, ResponseParser
 
 #: a few seconds for the whole file; never a timing deadline (shared CI machines are noisy)
 FUZZ = settings(max_examples=200, deadline=None)
-#: for the strict-xfail tests of known bugs: the same examples every run, so they cannot pass by chance, and
-#: no shrinking (the failure is known; shrinking it would cost most of the file's run time)
+#: for the regression tests of bugs fuzzing found: the same examples every run, so they cannot pass by chance, and
+#: no shrinking (a failure is a known bug coming back; shrinking it would cost most of the file's run time)
 KNOWN_BUG = settings(FUZZ, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate])
 
 CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -341,17 +341,15 @@ def test_on_lines_sees_each_new_line_once() -> None:
     assert seen == [(0, [(0.0, b"data: a")]), (1, [(1.0, b"data: b"), (1.0, b"data: c")]), (3, [(3.0, b": ping")])]
 
 
-# --- known bugs (strict xfail: remove the marker when llmload/transport.py is fixed) ----------------
+# --- bugs found by fuzzing, fixed: each of these failed before the fix ---------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a negative chunk size makes _feed_chunked loop forever")
 def test_negative_chunk_size_raises_instead_of_hanging() -> None:
     p = ResponseParser()
     with bounded(), pytest.raises(HTTPError, match="malformed chunk size line"):
         feed(p, CHUNKED + b"-6\r\nxxxxxxxx\r\n")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a negative chunk size moves the parse position backwards")
 def test_negative_chunk_size_is_not_accepted() -> None:
     p = ResponseParser()
     # today: -1 moves the position to 1 byte past the size line; "X" is skipped and "hello" taken as the body
@@ -359,14 +357,12 @@ def test_negative_chunk_size_is_not_accepted() -> None:
         feed(p, CHUNKED + b"-1\r\nX5\r\nhello\r\n0\r\n\r\n")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a negative Content-Length is taken, and the body never ends")
 def test_negative_content_length_raises() -> None:
     p = ResponseParser()
     with pytest.raises(HTTPError, match="bad Content-Length"):
         feed(p, b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\ndata: a\n")
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a chunk's lines wait for the chunk's closing CRLF, a later read")
 def test_line_stamped_by_the_read_holding_its_newline() -> None:
     p = ResponseParser()
     feed(p, CHUNKED + b"a\r\ndata: xyz\n", b"\r\n")
@@ -541,7 +537,6 @@ def test_any_split_gives_the_same_lines_as_one_read(case: tuple[Wire, list[int]]
         assert times == earliest
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a chunk's lines wait for the chunk's closing CRLF, a later read")
 @KNOWN_BUG
 @given(split_wires())
 def test_each_line_stamped_by_the_read_that_completed_it(case: tuple[Wire, list[int]]) -> None:
@@ -651,7 +646,6 @@ def signed_chunks(draw: st.DrawFn) -> bytes:
     return bytes(out + draw(st.sampled_from([b"", LAST])))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a negative chunk size makes _feed_chunked loop forever")
 @KNOWN_BUG
 @given(signed_chunks(), st.sets(st.integers(1, 400), max_size=10))
 def test_chunks_with_signed_sizes_never_hang(data: bytes, cuts: set[int]) -> None:
