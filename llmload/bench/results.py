@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -53,10 +53,14 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     text = json.dumps(json_safe(data), indent=2, allow_nan=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.write("\n")
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # never leave a half-written file behind (disk full)
+        raise
 
 
 def write_records(path: Path, records: Sequence[RequestRecord], fmt: str = "jsonl") -> None:
@@ -70,9 +74,49 @@ def write_records(path: Path, records: Sequence[RequestRecord], fmt: str = "json
         except ImportError as exc:
             raise ConfigError(f"--records-format parquet needs pyarrow: pip install pyarrow ({exc})") from None
         return
-    with open(path, "wb") as f:
-        for r in records:
-            f.write(orjson.dumps(r.to_dict()) + b"\n")
+    _write_lines(path, (orjson.dumps(r.to_dict()) + b"\n" for r in records))
+
+
+#: bytes gathered before each write of the records file
+_WRITE_BATCH = 1 << 16
+
+
+def _write_lines(path: Path, lines: Iterable[bytes]) -> None:
+    """Write JSON lines so that the file only ever ends after a complete line: when a write fails (disk full,
+    quota), the file is cut back to the last whole record and the ``OSError`` is raised."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    complete = 0  # file offset after the last whole line written
+    try:
+        batch: list[bytes] = []
+        size = 0
+        for line in lines:
+            batch.append(line)
+            size += len(line)
+            if size >= _WRITE_BATCH:
+                complete = _write_batch(fd, batch, complete)
+                batch, size = [], 0
+        if batch:
+            _write_batch(fd, batch, complete)
+    finally:
+        os.close(fd)
+
+
+def _write_batch(fd: int, batch: list[bytes], offset: int) -> int:
+    """Write whole lines at ``offset``; on failure, move ``offset`` past the lines that did get written."""
+    data = b"".join(batch)
+    done = 0
+    try:
+        while done < len(data):
+            done += os.write(fd, data[done:])
+    except OSError as exc:
+        # keep the lines written in full before the failure
+        whole = data.rfind(b"\n", 0, done) + 1
+        try:
+            os.ftruncate(fd, offset + whole)
+        except OSError:
+            pass
+        raise exc from None
+    return offset + done
 
 
 def read_records(path: str | Path) -> list[RequestRecord]:
