@@ -25,7 +25,11 @@ PROMPTS = 120
 #: a fixed-timing workload: every request asks for 20 tokens, sent at exactly 40 req/s
 WORKLOAD = ("--sharegpt-output-len", "20", "--ignore-eos", "--constant-rate", "--request-rate", "40",
             "--num-prompts", str(PROMPTS), "--seed", "0", "--save-result", "--disable-tqdm")
-SIM_TIMING = "--ttft-ms 20 --itl-ms 5"
+SIM_TTFT_MS, SIM_ITL_MS = 50.0, 25.0
+SIM_TIMING = f"--ttft-ms {SIM_TTFT_MS:g} --itl-ms {SIM_ITL_MS:g}"
+#: medians compared with the truth and across runs: a fifth of an ITL, far above a busy machine's median noise,
+#: far below an error of one ITL (a chunk miscounted, a start taken at dispatch)
+MEDIAN_TOL_MS = SIM_ITL_MS / 5
 
 
 # -- process bookkeeping -----------------------------------------------------------------------------------
@@ -108,6 +112,18 @@ def wait_for_text(path: Path, pattern: str, proc: subprocess.Popen, timeout: flo
             break
         time.sleep(0.05)
     pytest.fail(f"{pattern!r} did not appear in {path.name} within {timeout} s (exit {proc.poll()})\n{tail(path)}")
+
+
+def wait_for_lines(path: Path, n: int, proc: subprocess.Popen, timeout: float) -> None:
+    """Wait until the sim trace ``path`` has ``n`` lines (a line per finished request)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text(errors="replace").count("\n") >= n:
+            return
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    pytest.fail(f"{path.name} did not reach {n} requests within {timeout} s (exit {proc.poll()})")
 
 
 def start_sim(procs: Procs, name: str, *args: str) -> str:
@@ -231,19 +247,24 @@ def test_same_workload_same_results_with_1_process_2_processes_and_2_remote_work
         assert run.result["total_input_tokens"] == base.result["total_input_tokens"], name
         assert run.result["total_output_tokens"] == base.result["total_output_tokens"] == 20 * PROMPTS, name
         # the same schedule: send offsets i/40 s (worker clocks moved onto the master's timeline)
+        # (each batch's clock offset is read on its worker: a few us apart, more if a worker is preempted
+        # between its two clock reads; 5 ms is a fifth of the 25 ms spacing)
         offsets = np.sort([r["intended_send"] for r in run.records])
-        np.testing.assert_allclose(offsets - offsets[0], base_offsets, atol=1e-4, err_msg=name)
+        np.testing.assert_allclose(offsets - offsets[0], base_offsets, atol=5e-3, err_msg=name)
         report[name] = {"server": server_timing(run),
                         "client": {k: run.result[f"median_{k}_ms"] for k in ("ttft", "tpot", "itl")}}
-    # the server sent with the same fixed timing in every run, and the client measures the same medians with
-    # one process or several. (Tails are not compared: on a small machine the p99 is the scheduling of four
-    # processes on the cores, the simulator's included, not the measurement.)
+    # the server sent with the same fixed timing in every run, and the client measures what the server sent,
+    # with one process or several. (Tails are not compared: on a small machine the p99 is the scheduling of
+    # four processes on the cores, the simulator's included, not the measurement.)
     for name, numbers in report.items():
-        srv = numbers["server"]
-        assert abs(srv["ttft_p50"] - 20.0) < 0.5 and abs(srv["itl_p50"] - 5.0) < 0.5, (
+        srv, client = numbers["server"], numbers["client"]
+        assert abs(srv["ttft_p50"] - SIM_TTFT_MS) < MEDIAN_TOL_MS and abs(srv["itl_p50"] - SIM_ITL_MS) < MEDIAN_TOL_MS, (
             f"{name}: the simulator did not keep its fixed timing (machine overloaded?): {report}")
-        for key, value in numbers["client"].items():
-            assert abs(value - report["single"]["client"][key]) < 1.0, (name, key, report)
+        assert abs(client["ttft"] - srv["ttft_p50"]) < MEDIAN_TOL_MS, (name, report)
+        assert abs(client["itl"] - srv["itl_p50"]) < MEDIAN_TOL_MS, (name, report)
+        assert abs(client["tpot"] - SIM_ITL_MS) < MEDIAN_TOL_MS, (name, report)
+        for key, value in client.items():
+            assert abs(value - report["single"]["client"][key]) < MEDIAN_TOL_MS, (name, key, report)
 
 
 # -- (b) a worker killed with SIGKILL mid-run --------------------------------------------------------------
@@ -266,7 +287,9 @@ def test_worker_killed_mid_run_is_reported_and_its_records_kept(procs, tmp_path:
     wait_for_text(err, r"1/2 workers connected", master, 60)
     w1, _, _ = procs.start("kill-w1", worker_argv)
     wait_for_text(err, r"Starting main benchmark run", master, 60)
-    time.sleep(2.5)  # 6 s of schedule: about 25 sent by each worker, about 10 streaming right now
+    # 6 s of schedule, 1 s per request: kill once 40 have finished (~3 s in), with about 10 of each worker's
+    # streaming and half the schedule still ahead (a condition, not a sleep: a slow start-up shifts it)
+    wait_for_lines(sim_trace, 1 + 40, master, 60)
     assert w1.poll() is None, "worker1 ended before it was killed"
     os.kill(w1.pid, signal.SIGKILL)
     t_kill = time.monotonic()  # CLOCK_MONOTONIC, the clock of the sim trace and of the records
@@ -306,15 +329,16 @@ def test_worker_killed_mid_run_is_reported_and_its_records_kept(procs, tmp_path:
         if r["worker"] != "worker1":
             continue
         match = [t for t in server.get(r["request_id"], []) if t["status"] == "ok" and t["received"] < t_kill
-                 and abs(t["received"] - r["start"]) < 0.05]
+                 and abs(t["received"] - r["start"]) < 0.5]
         assert match, f"worker1's record {r['request_id']} has no finished server request before the kill"
         assert r["output_tokens"] == match[0]["completion_tokens"] == 100
         assert len(r["chunk_times"]) == len(match[0]["chunks"])
-    # every request the server had finished well before the kill (>= 4 record batches ago) reached the file
+    # every request the server had finished well before the kill (>= 6 record batches ago) reached the file
     finished_before = {cid for cid, ts in server.items() for t in ts
-                       if t["status"] == "ok" and t["chunks"] and t["chunks"][-1] < t_kill - 1.0}
+                       if t["status"] == "ok" and t["chunks"] and t["chunks"][-1] < t_kill - 1.5}
+    assert finished_before, "no request had finished 1.5 s before the kill: the check below checks nothing"
     missing = finished_before - set(ids)
-    assert not missing, f"{len(missing)} requests finished > 1 s before the kill are not in the records file"
+    assert not missing, f"{len(missing)} requests finished > 1.5 s before the kill are not in the records file"
     # the lost ones were sent (the server saw them) and are exactly the ids absent from the file
     absent = {f"r{i}" for i in range(KILL_PROMPTS)} - set(ids)
     assert len(absent) == lost, (sorted(absent), lost)
@@ -351,7 +375,8 @@ def test_worker_joining_mid_run_takes_a_share_of_what_is_not_yet_due(procs, tmp_
     master, out, err = procs.start("join", argv)
     procs.start("join-w0", worker)
     wait_for_text(err, "Starting main benchmark run", master, 90)
-    time.sleep(2.0)  # well inside the 8 s schedule
+    # mid-run: the 8 s schedule has begun (a fresh worker needs a second or more to start and connect)
+    wait_for_lines(sim_trace, 1 + 5, master, 60)
     procs.start("join-w1", worker)
     assert wait(master, err, 90) == 0, tail(err)
     run = BenchRun(tmp_path / "join", sim_trace, out.read_text(), err.read_text())
@@ -444,7 +469,7 @@ def test_locust_distributed_run_time_limit_loses_no_finished_request(locust_run:
                 assert len(rec["chunk_times"]) == len(srv["chunks"]), rec["request_id"]
             else:
                 # only a stream whose last chunk was on the wire as the run was stopped may be cut off
-                assert srv["chunks"][-1] > last_client_data - 0.05, (rec["request_id"], "finished, not recorded")
+                assert srv["chunks"][-1] > last_client_data - 0.2, (rec["request_id"], "finished, not recorded")
         else:
             assert srv["status"] == "client_closed" and rec["cut_off"], (rec["request_id"], srv["status"])
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from support import end_process, free_port, offline_env
+from support import CLOCK_SLACK_S, end_process, free_port, offline_env
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCUSTFILE = "locustfiles/sharegpt.py"
@@ -59,6 +59,24 @@ class Web:
                 return data
             time.sleep(0.25)
         pytest.fail(f"waited {timeout} s for {what}; last /llm/stats: {json.dumps(data)[:1500]}\n{self.tail()}")
+
+    def wait_settled(self, timeout: float = 30.0) -> list[str]:
+        """After a stop: wait until the records route and the run's request count agree and stay the same over
+        three polls a second apart (the last batches have arrived). Returns the records lines. (Not on
+        ``in_flight``: with workers it keeps the last count they reported, cut-off streams included.)"""
+        deadline = time.monotonic() + timeout
+        seen: list[tuple[int, int]] = []
+        data: dict = {}
+        while time.monotonic() < deadline:
+            data = self.stats()
+            lines = self.http.get("/llm/records.jsonl").text.splitlines()
+            seen.append((len(lines), data["run"]["requests"]))
+            if (data["state"] == "stopped" and len(seen) >= 3
+                    and len(set(seen[-3:])) == 1 and seen[-1][0] == seen[-1][1]):
+                return lines
+            time.sleep(1.0)
+        pytest.fail(f"the records did not settle within {timeout} s: {seen[-5:]}; last /llm/stats: "
+                    f"{json.dumps(data)[:1500]}\n{self.tail()}")
 
     def tail(self) -> str:
         return "--- log tail ---\n" + self.log.read_text(errors="replace")[-3000:]
@@ -144,23 +162,39 @@ def test_llm_tab_in_browser(start_sim, start_web, tmp_path: Path) -> None:
             page.wait_for_function(
                 "() => Number(document.getElementById('llm-tokens-per-s').dataset.value) > 0"
                 " && Number(document.getElementById('llm-r-ttft-p50').dataset.value) > 0", timeout=25000)
-            page.wait_for_timeout(4000)  # a few seconds of data for the charts and a steadier window
-            shown = page.evaluate(
-                "() => Object.fromEntries(['llm-tokens-per-s', 'llm-requests-per-s', 'llm-r-ttft-p50',"
-                " 'llm-r-tpot-p50', 'llm-w-ttft-p50'].map(id => [id, Number(document.getElementById(id)"
-                ".dataset.value)]))")
-            live = web.stats()
-            # what the page shows is what the route says (the page polls once a second)
-            assert shown["llm-r-ttft-p50"] >= 30.0
-            assert close(shown["llm-r-ttft-p50"], live["run"]["ttft_ms"]["p50"], 0.15), (shown, live["run"])
-            assert close(shown["llm-w-ttft-p50"], live["window"]["ttft_ms"]["p50"], 0.2), (shown, live["window"])
-            assert close(shown["llm-r-tpot-p50"], live["run"]["tpot_ms"]["p50"], 0.15)
-            assert close(shown["llm-tokens-per-s"], live["window"]["output_tokens_per_s"], 0.35), (shown, live)
+            # a few seconds of data for the charts and a full 5-second window
+            web.wait_for("a few seconds of data", lambda d: d["run"]["completed"] >= 10 and d["elapsed_s"] >= 6,
+                         timeout=40)
+
+            def compare() -> tuple[dict, dict, list[str]]:
+                shown = page.evaluate(
+                    "() => Object.fromEntries(['llm-tokens-per-s', 'llm-requests-per-s', 'llm-r-ttft-p50',"
+                    " 'llm-r-tpot-p50', 'llm-w-ttft-p50'].map(id => [id, Number(document.getElementById(id)"
+                    ".dataset.value)]))")
+                live = web.stats()
+                checks = {
+                    "run TTFT p50": close(shown["llm-r-ttft-p50"], live["run"]["ttft_ms"]["p50"], 0.15),
+                    "window TTFT p50": close(shown["llm-w-ttft-p50"], live["window"]["ttft_ms"]["p50"], 0.2),
+                    "run TPOT p50": close(shown["llm-r-tpot-p50"], live["run"]["tpot_ms"]["p50"], 0.15),
+                    "window tokens/s": close(shown["llm-tokens-per-s"], live["window"]["output_tokens_per_s"], 0.35),
+                }
+                return shown, live, [name for name, ok in checks.items() if not ok]
+
+            # what the page shows is what the route says: the page polls once a second, so the two are compared
+            # until they agree (a page that shows other numbers never does)
+            deadline = time.monotonic() + 30
+            shown, live, differ = compare()
+            while differ and time.monotonic() < deadline:
+                page.wait_for_timeout(500)
+                shown, live, differ = compare()
+            assert not differ, f"the page and /llm/stats differ on {differ}: {shown}\n{live['run']}\n{live['window']}"
+            assert shown["llm-r-ttft-p50"] >= 30.0 - CLOCK_SLACK_S * 1000.0
             assert live["arrival"] == "open" and live["request_rate"] == 4.0
 
             # steer: 4 -> 16 requests/s from the tab; the 3-second window follows within seconds
+            # 4 req/s (Poisson): about 20 in 5 s; 5 to 45 leaves room for chance, not for 16 req/s
             before = web.stats(window=5)["window"]["requests_per_s"]
-            assert 1.5 <= before <= 7.0, before
+            assert 1.0 <= before <= 9.0, before
             page.fill("#llm-rate-input", "16")
             page.click("#llm-rate-set")
             steered = time.monotonic()
@@ -181,7 +215,7 @@ def test_llm_tab_in_browser(start_sim, start_web, tmp_path: Path) -> None:
 
             page.get_by_role("button", name="Stop").click()
             web.wait_for("the test to stop", lambda d: d["state"] == "stopped")
-            time.sleep(1.0)
+            web.wait_settled()  # streams in flight at the stop are recorded (cut off) before the download
             with page.expect_download() as got:
                 page.click("#llm-download-records")
             records_path = tmp_path / "records.jsonl"
@@ -233,13 +267,16 @@ def test_distributed_workers_feed_the_tab(start_sim, start_web) -> None:
     def steady(d: dict) -> bool:
         nonlocal seen_in_flight
         seen_in_flight = max(seen_in_flight, d["in_flight"])
-        return d["run"]["completed"] >= 30 and d["elapsed_s"] >= 8
+        return d["run"]["completed"] >= 30 and d["elapsed_s"] >= 10
 
-    live = web.wait_for("requests from the workers", steady, timeout=30, window=5)
+    live = web.wait_for("requests from the workers", steady, timeout=40, window=5)
     assert live["distributed"] and live["users"] == 4
     assert seen_in_flight > 0, "workers' in-flight reports never arrived"
-    assert 3.5 <= live["window"]["requests_per_s"] <= 9.0, live["window"]
-    assert live["window"]["ttft_ms"]["p50"] >= 30.0 and live["window"]["output_tokens_per_s"] > 0
+    # 6 req/s for the whole test, not per worker (12): over the run so far (>= 10 s, ~60 requests, Poisson), the
+    # rate is well inside 3-9 req/s by chance alone, and a per-worker rate is far outside
+    assert 3.0 <= live["run"]["requests_per_s"] <= 9.0, live["run"]
+    assert live["window"]["ttft_ms"]["p50"] >= 30.0 - CLOCK_SLACK_S * 1000.0
+    assert live["window"]["output_tokens_per_s"] > 0
 
     resp = web.http.post("/llm/rate", json={"request_rate": 14})
     assert resp.status_code == 200 and resp.json()["request_rate"] == 14.0
@@ -247,8 +284,7 @@ def test_distributed_workers_feed_the_tab(start_sim, start_web) -> None:
                  timeout=12, window=3)
     web.http.post("/stop")
     web.wait_for("the test to stop", lambda d: d["state"] == "stopped")
-    time.sleep(2.0)  # final batches
-    lines = web.http.get("/llm/records.jsonl").text.splitlines()
+    lines = web.wait_settled()  # the workers' final batches
     workers = {json.loads(line)["worker"] for line in lines}
     assert workers == {"worker0", "worker1"}, workers
     assert len(lines) == web.stats()["run"]["requests"]
