@@ -105,7 +105,7 @@ START_BOUND_S = 0.1
 def test_start_is_when_the_request_went_out(child_runner, start_sim, tmp_path: Path) -> None:
     """The start side of TTFT: the record's ``start`` (perf_counter, CLOCK_MONOTONIC) is just before the
     simulator received that request (its trace, same clock), also for requests that queued for a slot."""
-    run, pairs = _run(child_runner, start_sim, tmp_path, START_PROMPTS, START_CONCURRENCY, START_OUT_LEN)
+    _, pairs = _run(child_runner, start_sim, tmp_path, START_PROMPTS, START_CONCURRENCY, START_OUT_LEN)
     delays = sorted((srv["received"] - rec["start"], rec["request_id"]) for rec, srv in pairs)
     shown = ", ".join(f"{rid} {d * 1000:.2f}" for d, rid in delays)
     assert delays[0][0] >= -CLOCK_SLACK_S, f"the server received a request before its start (ms): {shown}"
