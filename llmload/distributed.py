@@ -175,6 +175,7 @@ class BenchWorker:
             on_record=lambda r: self._pending.append(r.to_dict()),
             stop_timeout=float(job.get("stop_timeout") or 0.0),
             cut_event=self.cut_event,
+            keep_records=False,
         )
         health.stop()
         self._jobs.remove(gevent.getcurrent())

@@ -52,6 +52,7 @@ def run_open_loop(
     stop_timeout: float = 0.0,
     skip: Callable[[int], bool] | None = None,
     cut_event: Event | None = None,
+    keep_records: bool = True,
 ) -> DispatchResult:
     """Send ``samples[i]`` at ``start + offsets[i]``; returns when every request has finished.
 
@@ -60,7 +61,8 @@ def run_open_loop(
     ``start_at`` is the perf_counter time of offset 0 (default: now + ``LEAD_S``). ``on_dispatch(i)`` runs as
     request ``i`` is released, ``on_record(record)`` as it ends. When ``stop_event`` is set, dispatching stops,
     requests in flight get ``stop_timeout`` seconds to finish (until ``cut_event`` is set), and the rest are cut
-    off (recorded as such).
+    off (recorded as such). ``keep_records=False`` leaves ``result.records`` empty (a worker ships each record
+    through ``on_record`` and need not hold a second copy for the whole run).
     """
     result = DispatchResult()
     slots = BoundedSemaphore(max_concurrency) if max_concurrency else None
@@ -81,7 +83,8 @@ def run_open_loop(
                 record.error = "cut off: the run was stopped before this request was sent"
             raise
         finally:
-            result.records.append(record)
+            if keep_records:
+                result.records.append(record)
             if on_record is not None:
                 on_record(record)
             if acquired:

@@ -52,13 +52,10 @@ SERIES_POINTS = 3600
 
 
 def error_kind(record: RequestRecord) -> str:
-    """A short label to group failures by: ``cut off``, ``HTTP 503``, or the error's leading word."""
-    if record.cut_off:
-        return "cut off"
-    if record.status_code and record.status_code >= 400:
-        return f"HTTP {record.status_code}"
-    head = (record.error or "unknown error").split(":", 1)[0].strip()
-    return head[:60] or "unknown error"
+    """The failure kind to group by, the same as ``llmload bench`` reports (:mod:`llmload.failures`)."""
+    from llmload.failures import kind_of
+
+    return kind_of(record) or "unknown"
 
 
 def summarize(values: Sequence[float] | np.ndarray) -> dict[str, float]:
