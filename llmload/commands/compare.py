@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 
+from llmload import argtypes
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", metavar="RUN", help="result JSONs (llmload or vLLM --save-detailed)")
@@ -26,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--labels", help="comma-separated run names, in RUN order (default: each run's label)")
     parser.add_argument("--goodput", nargs="+", metavar="METRIC:MS",
                         help="recompute every run's goodput with these SLOs, e.g. ttft:500 tpot:50")
-    parser.add_argument("--dpi", type=int, default=100, help="PNG resolution (default: %(default)s)")
+    parser.add_argument("--dpi", type=argtypes.positive_int, default=100, help="PNG resolution (default: %(default)s)")
     parser.add_argument("--title", default="llmload compare", help="page title (default: %(default)s)")
 
 

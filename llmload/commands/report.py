@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 
+from llmload import argtypes
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", metavar="RUN", help="result JSON (llmload or vLLM --save-detailed)")
@@ -24,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--label", help="name of the run in the report (default: its label or file name)")
     parser.add_argument("--goodput", nargs="+", metavar="METRIC:MS",
                         help="recompute goodput with these SLOs, e.g. ttft:500 tpot:50 (default: the run's own)")
-    parser.add_argument("--dpi", type=int, default=100, help="PNG resolution (default: %(default)s)")
+    parser.add_argument("--dpi", type=argtypes.positive_int, default=100, help="PNG resolution (default: %(default)s)")
     parser.add_argument("--title", help="page title (default: 'llmload report: LABEL')")
 
 

@@ -14,24 +14,11 @@ from __future__ import annotations
 import argparse
 import sys
 
+from llmload import argtypes
 from llmload.sim.config import DEFAULT_PROFILE, DIALECTS, PROFILES, Faults, SimConfig
 
 _FAULT_FLAGS = ("error_rate", "disconnect_rate", "stall_rate", "malformed_rate", "slow_headers_rate",
                 "not_streamed_rate")
-
-
-def _fraction(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be a fraction between 0 and 1, got {text}")
-    return value
-
-
-def _positive_ms(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
 
 
 def _codes(text: str) -> tuple[int, ...]:
@@ -47,13 +34,13 @@ def _codes(text: str) -> tuple[int, ...]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     net = parser.add_argument_group("server")
     net.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
-    net.add_argument("--port", type=int, default=8000, help="port to bind; 0 picks a free one (default: %(default)s)")
-    net.add_argument("--workers", type=int, default=1,
+    net.add_argument("--port", type=argtypes.port_or_zero, default=8000, help="port to bind; 0 picks a free one (default: %(default)s)")
+    net.add_argument("--workers", type=argtypes.positive_int, default=1,
                      help="processes sharing the port with SO_REUSEPORT; each is an independent engine replica")
     net.add_argument("--model", default="llmload-sim", help="model name served and required in requests")
     net.add_argument("--dialect", choices=DIALECTS, default="vllm",
                      help="stream quirks of which engine to reproduce (default: %(default)s)")
-    net.add_argument("--max-model-len", type=int, default=32768, help="prompt + max_tokens limit")
+    net.add_argument("--max-model-len", type=argtypes.positive_int, default=32768, help="prompt + max_tokens limit")
 
     timing = parser.add_argument_group("timing")
     profiles = ", ".join(f"{name} ({p.description})" for name, p in PROFILES.items())
@@ -61,31 +48,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"continuous-batching profile: {profiles}. Default: %(default)s")
     timing.add_argument("--first-decode-stall", action="store_true",
                         help="hold a new request's first decode step until waiting prefills are done")
-    timing.add_argument("--ttft-ms", type=_positive_ms, help="fixed-timing mode: time to first token")
-    timing.add_argument("--itl-ms", type=_positive_ms, help="fixed-timing mode: gap between chunks")
-    timing.add_argument("--tokens-per-chunk", type=int, default=1,
+    timing.add_argument("--ttft-ms", type=argtypes.non_negative, help="fixed-timing mode: time to first token")
+    timing.add_argument("--itl-ms", type=argtypes.non_negative, help="fixed-timing mode: gap between chunks")
+    timing.add_argument("--tokens-per-chunk", type=argtypes.positive_int, default=1,
                         help="tokens per streamed chunk after the first (speculative decoding emits several)")
 
     gen = parser.add_argument_group("generation")
-    gen.add_argument("--seed", type=int, default=0, help="seed for generated text and fault selection")
-    gen.add_argument("--eos-prob", type=_fraction, default=0.0,
+    gen.add_argument("--seed", type=argtypes.integer, default=0, help="seed for generated text and fault selection")
+    gen.add_argument("--eos-prob", type=argtypes.fraction, default=0.0,
                      help="per-token chance of an early EOS when a request does not set ignore_eos (default 0)")
-    gen.add_argument("--default-max-tokens", type=int, default=256, help="chat max tokens when none is given")
+    gen.add_argument("--default-max-tokens", type=argtypes.positive_int, default=256, help="chat max tokens when none is given")
     gen.add_argument("--tokenizer", help="count prompt tokens with this tokenizer ('builtin', a dir or a name) "
                                          "instead of ~4 characters per token")
 
     faults = parser.add_argument_group("faults (fractions of requests, seeded, at most one fault per request)")
-    faults.add_argument("--error-rate", type=_fraction, default=0.0, help="answer with an HTTP error")
+    faults.add_argument("--error-rate", type=argtypes.fraction, default=0.0, help="answer with an HTTP error")
     faults.add_argument("--error-codes", type=_codes, default=(500, 503, 429),
                         help="status codes to pick from (default: 500,503,429; 429/503 carry Retry-After; "
                              "422 answers FastAPI's extra_forbidden body for the request's last field)")
-    faults.add_argument("--disconnect-rate", type=_fraction, default=0.0, help="drop the connection mid-stream")
-    faults.add_argument("--stall-rate", type=_fraction, default=0.0, help="pause mid-stream for --stall-s")
-    faults.add_argument("--stall-s", type=float, default=120.0, help="stall length (default: %(default)s s)")
-    faults.add_argument("--malformed-rate", type=_fraction, default=0.0, help="send one malformed JSON chunk")
-    faults.add_argument("--slow-headers-rate", type=_fraction, default=0.0, help="delay the response headers")
-    faults.add_argument("--slow-headers-s", type=float, default=5.0, help="header delay (default: %(default)s s)")
-    faults.add_argument("--not-streamed-rate", type=_fraction, default=0.0,
+    faults.add_argument("--disconnect-rate", type=argtypes.fraction, default=0.0, help="drop the connection mid-stream")
+    faults.add_argument("--stall-rate", type=argtypes.fraction, default=0.0, help="pause mid-stream for --stall-s")
+    faults.add_argument("--stall-s", type=argtypes.non_negative, default=120.0, help="stall length (default: %(default)s s)")
+    faults.add_argument("--malformed-rate", type=argtypes.fraction, default=0.0, help="send one malformed JSON chunk")
+    faults.add_argument("--slow-headers-rate", type=argtypes.fraction, default=0.0, help="delay the response headers")
+    faults.add_argument("--slow-headers-s", type=argtypes.non_negative, default=5.0, help="header delay (default: %(default)s s)")
+    faults.add_argument("--not-streamed-rate", type=argtypes.fraction, default=0.0,
                         help="answer a streaming request with one JSON body, as a server ignoring \"stream\" does")
 
     out = parser.add_argument_group("ground truth")

@@ -20,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from llmload import argtypes
 from llmload.errors import ConfigError
 
 #: used when no ``-f`` is given and the repository's locustfile is not at hand (an installed llmload)
@@ -37,10 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-f", "--locustfile", default="",
                         help="locustfile (default: locustfiles/sharegpt.py, else an equivalent one)")
     parser.add_argument("--web-host", default="127.0.0.1", help="interface for the web UI (default: %(default)s)")
-    parser.add_argument("--web-port", type=int, default=8089, help="web UI port (default: %(default)s)")
-    parser.add_argument("--processes", type=int, default=0,
+    parser.add_argument("--web-port", type=argtypes.port, default=8089, help="web UI port (default: %(default)s)")
+    parser.add_argument("--processes", type=argtypes.non_negative_int, default=0,
                         help="load-generating worker processes (locust --processes); 0: one process")
-    parser.add_argument("--master-port", type=int, default=0,
+    parser.add_argument("--master-port", type=argtypes.port_or_zero, default=0,
                         help="with --processes: master port (default: a free one, not Locust's shared 5557)")
     parser.add_argument("--model", default="", help="model name (default: the server's first)")
     parser.add_argument("--tokenizer", default="",

@@ -1,0 +1,134 @@
+"""argparse ``type=`` functions for every command: each names what it expects, so a bad value reads
+``argument --request-rate: expected a number, got 'abc'`` (never argparse's ``invalid _rate value``)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+ArgumentTypeError = argparse.ArgumentTypeError
+
+
+def number(text: str) -> float:
+    """Any float but NaN (``inf`` allowed)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if math.isnan(value):
+        raise ArgumentTypeError(f"expected a number, got {text!r}")
+    return value
+
+
+def integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def rate(text: str) -> float:
+    """Requests per second: > 0, or ``inf``."""
+    value = number(text)
+    if value <= 0:
+        raise ArgumentTypeError(f"must be > 0 or inf, got {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = integer(text)
+    if value < 1:
+        raise ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = integer(text)
+    if value < 0:
+        raise ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """A finite duration >= 0."""
+    value = number(text)
+    if value < 0 or math.isinf(value):
+        raise ArgumentTypeError(f"must be a number of seconds >= 0, got {text}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    value = seconds(text)
+    if value <= 0:
+        raise ArgumentTypeError(f"must be > 0 seconds, got {text}")
+    return value
+
+
+def non_negative(text: str) -> float:
+    """A finite number >= 0 (milliseconds, rates of a ramp)."""
+    value = number(text)
+    if value < 0 or math.isinf(value):
+        raise ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def positive(text: str) -> float:
+    value = number(text)
+    if value <= 0 or math.isinf(value):
+        raise ArgumentTypeError(f"must be > 0, got {text}")
+    return value
+
+
+def fraction(text: str) -> float:
+    value = number(text)
+    if not 0.0 <= value <= 1.0:
+        raise ArgumentTypeError(f"must be a fraction between 0 and 1, got {text}")
+    return value
+
+
+def range_ratio(text: str) -> float:
+    value = number(text)
+    if not 0.0 <= value < 1.0:
+        raise ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return value
+
+
+def port(text: str) -> int:
+    value = integer(text)
+    if not 0 < value < 65536:
+        raise ArgumentTypeError(f"must be a TCP port (1-65535), got {text}")
+    return value
+
+
+def port_or_zero(text: str) -> int:
+    """A TCP port, or 0: pick a free one."""
+    value = integer(text)
+    if not 0 <= value < 65536:
+        raise ArgumentTypeError(f"must be a TCP port (0-65535; 0 picks a free one), got {text}")
+    return value
+
+
+def percentiles(text: str) -> list[float]:
+    """Comma-separated percentiles in (0, 100]."""
+    values = []
+    for item in (x.strip() for x in text.split(",")):
+        if not item:
+            continue
+        value = number(item)
+        if not 0.0 < value <= 100.0:
+            raise ArgumentTypeError(f"percentiles must be in (0, 100], got {item}")
+        values.append(value)
+    if not values:
+        raise ArgumentTypeError("give at least one percentile, e.g. 50,99")
+    return values
+
+
+def metric_names(text: str) -> list[str]:
+    """Comma-separated metric names from vLLM's ``--percentile-metrics``."""
+    from llmload.metrics import METRIC_NAMES
+
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [n for n in names if n not in METRIC_NAMES]
+    if unknown or not names:
+        raise ArgumentTypeError(f"unknown metric {', '.join(unknown) or text!r} (use {','.join(METRIC_NAMES)})")
+    return names
