@@ -52,3 +52,17 @@ def test_api_key_comes_from_a_secret_not_the_manifest():
     master = _docs("master-job.yaml")["spec"]["template"]["spec"]["containers"][0]
     env = {e["name"]: e for e in master.get("env", [])}
     assert "value" not in env["OPENAI_API_KEY"] and "secretKeyRef" in env["OPENAI_API_KEY"]["valueFrom"]
+
+
+def test_master_and_workers_share_the_cluster_token_from_a_secret():
+    """With an API key the master refuses to start without a cluster token: both sides must read the same one."""
+    master = _docs("master-job.yaml")["spec"]["template"]["spec"]["containers"][0]
+    worker = _docs("worker-job.yaml")["spec"]["template"]["spec"]["containers"][0]
+    refs = []
+    for container in (master, worker):
+        env = {e["name"]: e for e in container.get("env", [])}
+        token = env["LLMLOAD_CLUSTER_TOKEN"]
+        assert "value" not in token, "the token must come from a Secret, not the manifest"
+        refs.append(token["valueFrom"]["secretKeyRef"])
+        assert not any("token" in a.lower() for a in container["args"]), "never on a command line (ps)"
+    assert refs[0]["name"] == refs[1]["name"] and refs[0]["key"] == refs[1]["key"]
