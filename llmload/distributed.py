@@ -12,7 +12,7 @@ Messages ride on Locust's master/worker channel under ``llm_*`` names (DESIGN §
     master -> worker   llm_revoke   {indices, resume}              requests moved elsewhere; resume: go on
     worker -> master   llm_resumed  {}                             this worker was frozen (SIGSTOP, swap): may I?
     worker -> master   llm_records  {records: [RequestRecord dicts], dispatched: [index...], clock}
-    worker -> master   llm_done     {records, dispatched}
+    worker -> master   llm_done     {records, leaving, health}     leaving: stopped by a signal to the worker
 
 Workers get jobs (and with them the API key) only once authenticated: with a cluster token set
 (``LLMLOAD_CLUSTER_TOKEN`` or ``--cluster-token-file``) a worker must answer the master's challenge; a stranger
@@ -98,6 +98,8 @@ class BenchWorker:
         self.stop_event = Event()
         #: set by a forced stop: cut off what is in flight now
         self.cut_event = Event()
+        #: stopped on its own (:meth:`leave`), not by the master
+        self.leaving = False
         self._pending: list[dict[str, Any]] = []
         self._dispatched: list[int] = []
         self._sent = 0
@@ -113,6 +115,16 @@ class BenchWorker:
         runner.register_message("llm_challenge", self._on_challenge)
         #: requests the master moved to another worker before they were due
         self.revoked: set[int] = set()
+
+    def leave(self) -> None:
+        """Stop this worker's jobs (a signal to the worker): the master re-assigns what it had not sent."""
+        self.leaving = True
+        self.stop_event.set()
+
+    @property
+    def busy(self) -> bool:
+        """A job is running."""
+        return bool(self._jobs)
 
     def _on_challenge(self, msg: Any, **_: Any) -> None:
         if not self.token:
@@ -181,7 +193,7 @@ class BenchWorker:
         self._jobs.remove(gevent.getcurrent())
         if not self._jobs:
             self._flush()
-            self.runner.send_message("llm_done", {"records": self._sent, "health": health.report(
+            self.runner.send_message("llm_done", {"records": self._sent, "leaving": self.leaving, "health": health.report(
                 result.schedule_lags_s)})
 
     def _flush(self) -> None:
@@ -218,6 +230,9 @@ class WorkerState:
     health: dict[str, Any] | None = None
     #: its unsent requests, given to other workers when it was thought dead
     reassigned_away: set[int] = field(default_factory=set)
+    #: it stopped on its own (a signal to the worker) and said so in llm_done; ``left``: its rest was re-assigned
+    leaving: bool = False
+    left: bool = False
 
 
 @dataclass
@@ -326,6 +341,7 @@ class BenchMaster:
         if state is not None:
             state.done = True
             state.health = (msg.data or {}).get("health")
+            state.leaving = bool((msg.data or {}).get("leaving"))
 
     def run(
         self,
@@ -362,27 +378,25 @@ class BenchMaster:
                     self.runner.send_message("llm_stop", {"force": True}, client_id=cid)
             alive = {c.id for c in self.runner.clients.all if c.state != "missing"}
             for state in self.workers.values():
+                if state.leaving and not state.left:
+                    # the worker was stopped on its own (SIGTERM: a pod evicted): what it had not sent goes on
+                    state.left = True
+                    todo = sorted(state.assigned - state.dispatched - self._received(state))
+                    log(f"worker{state.index} stopped on its own: {state.records} records received from it, "
+                        f"{len(todo)} unsent requests re-assigned")
+                    if not stopped:
+                        self._reassign(state, todo, alive, run_config, samples, offsets, start_wall, stop_timeout)
+                    continue
                 if state.done or state.lost or state.client_id in alive:
                     continue
                 state.lost = True
-                received = {i for i, r in self.records.items() if r.worker == f"worker{state.index}"}
+                received = self._received(state)
                 todo = sorted(state.assigned - state.dispatched - received)
                 in_flight = len(state.dispatched - received)
                 log(f"worker{state.index} disappeared: {state.records} records received from it, "
                     f"{in_flight} requests in flight with it are lost, {len(todo)} unsent requests re-assigned")
-                survivors = [s for s in self.workers.values() if not s.lost and not s.done and s.client_id in alive]
-                if not survivors:
-                    survivors = [s for s in self.workers.values() if not s.lost and s.client_id in alive]
-                if todo and survivors and not stopped:
-                    state.assigned.difference_update(todo)
-                    state.reassigned_away.update(todo)
-                    for k, s in enumerate(survivors):
-                        part = todo[k :: len(survivors)]
-                        if part:
-                            self.reassigned.update(part)
-                            s.assigned.update(part)
-                            s.done = False
-                            self._send_job(s, part, run_config, samples, offsets, start_wall, None, stop_timeout)
+                if not stopped:
+                    self._reassign(state, todo, alive, run_config, samples, offsets, start_wall, stop_timeout)
             if not stopped:
                 self._welcome_new_workers(run_config, samples, offsets, start, start_wall, log, stop_timeout)
             if all(s.done or s.lost for s in self.workers.values()):
@@ -396,6 +410,30 @@ class BenchMaster:
                 if i not in self.reassigned and (lag := r.schedule_lag) is not None]
         unsent = len(samples) - len(records) - lost
         return MasterResult(records, start, end, list(self.workers.values()), lost, max(0, unsent), lags)
+
+    def _received(self, state: WorkerState) -> set[int]:
+        return {i for i, r in self.records.items() if r.worker == f"worker{state.index}"}
+
+    def _reassign(self, state: WorkerState, todo: list[int], alive: set[str], run_config: dict[str, Any],
+                  samples: Sequence[SampleRequest], offsets: Sequence[float], start_wall: float,
+                  stop_timeout: float) -> None:
+        """Give ``todo`` (requests ``state`` never sent) to the workers still running, in equal shares."""
+        survivors = [s for s in self.workers.values()
+                     if s is not state and not s.lost and not s.leaving and not s.done and s.client_id in alive]
+        if not survivors:
+            survivors = [s for s in self.workers.values()
+                         if s is not state and not s.lost and not s.leaving and s.client_id in alive]
+        if not todo or not survivors:
+            return
+        state.assigned.difference_update(todo)
+        state.reassigned_away.update(todo)
+        for k, s in enumerate(survivors):
+            part = todo[k :: len(survivors)]
+            if part:
+                self.reassigned.update(part)
+                s.assigned.update(part)
+                s.done = False
+                self._send_job(s, part, run_config, samples, offsets, start_wall, None, stop_timeout)
 
     def _welcome_new_workers(self, run_config: dict[str, Any], samples: Sequence[SampleRequest],
                              offsets: Sequence[float], start: float, start_wall: float,

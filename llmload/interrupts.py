@@ -62,7 +62,7 @@ class RunInterrupts:
         #: the first signal received (None: not interrupted)
         self.signum: int | None = None
         self.count = 0
-        self.stop_timeout = 0.0
+        self.stop_timeout: float | None = 0.0
         self._previous: dict[int, Any] = {}
 
     @property
@@ -78,8 +78,9 @@ class RunInterrupts:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
 
-    def start_run(self, stop_timeout: float) -> None:
-        """The main run begins: from now on a signal stops it instead of abandoning it."""
+    def start_run(self, stop_timeout: float | None) -> None:
+        """The main run begins: from now on a signal stops it instead of abandoning it (``stop_timeout`` None:
+        the run's own, not known here)."""
         self.stop_timeout = stop_timeout
         self.phase = RUN
         if self.interrupted:  # arrived between the last start-up check and now
@@ -115,8 +116,9 @@ class RunInterrupts:
     def _on_run_signal(self, signum: int, count: int) -> None:
         name = signal_name(signum)
         if count == 1:
-            self._log(f"\n{name}: no new requests; those in flight get {self.stop_timeout:g} s (--stop-timeout), "
-                      "then are cut off. Again to cut them off now.")
+            grace = "the run's --stop-timeout" if self.stop_timeout is None else f"{self.stop_timeout:g} s (--stop-timeout)"
+            self._log(f"\n{name}: no new requests; those in flight get {grace}, then are cut off. "
+                      "Again to cut them off now.")
             self.stop.set()
         else:
             self._log(f"\n{name} again: cutting off every request in flight now; writing what was measured")

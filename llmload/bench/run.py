@@ -143,18 +143,46 @@ def _environment(user_class: type | None = None) -> Any:
 
 
 def run_worker(args: argparse.Namespace) -> int:
-    """``llmload bench --worker``: connect to a master and run what it sends until it quits."""
-    import gevent  # noqa: F401  (Locust's monkey-patching first)
+    """``llmload bench --worker``: connect to a master and run what it sends until it quits.
+
+    SIGINT/SIGTERM while connecting exits at once; during a job the worker stops like a master's stop (requests in
+    flight get the run's ``--stop-timeout``, a second signal cuts them off), ships its records and exits 130/143.
+    """
+    import gevent
 
     from llmload.distributed import BenchWorker
+    from llmload.interrupts import Interrupted, RunInterrupts, exit_code
 
     token = _cluster_token(args)
     env = _environment()
-    runner = env.create_worker_runner(args.master_host, args.master_port)
-    BenchWorker(runner, lambda run: make_user_class(run)(env), token=token, log=_log)
-    _log(f"llmload worker connected to {args.master_host}:{args.master_port}; waiting for the master")
-    runner.greenlet.join()
-    return 0
+    where = f"{args.master_host}:{args.master_port}"
+    with RunInterrupts(_log) as interrupts:
+        try:
+            runner = env.create_worker_runner(args.master_host, args.master_port)
+        except (Interrupted, SystemExit) as exc:
+            # Locust turns a Ctrl-C while connecting into sys.exit(1)
+            if interrupts.signum is not None:
+                _log(f"interrupted while connecting to the master at {where}")
+                return exit_code(interrupts.signum)
+            raise LLMLoadError(f"cannot connect to the master at {where}") from exc
+        except ConnectionError:
+            raise EndpointError(f"no master answered at {where} (is it running? --master-host/--master-port)") from None
+        worker = BenchWorker(runner, lambda run: make_user_class(run)(env), token=token, log=_log)
+        _log(f"llmload worker connected to {where}; waiting for the master")
+        interrupts.start_run(None)
+
+        def on_signal() -> None:
+            interrupts.stop.wait()
+            worker.leave()
+            while worker.busy:  # its job drains, ships its records and says llm_done
+                if interrupts.force.wait(0.1):
+                    worker.cut_event.set()
+            runner.greenlet.kill(block=False)
+
+        watcher = gevent.spawn(on_signal)
+        runner.greenlet.join()
+        watcher.kill()
+    return exit_code(interrupts.signum) if interrupts.signum is not None else 0
 
 
 def run_bench(args: argparse.Namespace) -> int:
