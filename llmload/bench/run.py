@@ -157,6 +157,7 @@ def run_worker(args: argparse.Namespace) -> int:
     env = _environment()
     where = f"{args.master_host}:{args.master_port}"
     with RunInterrupts(_log) as interrupts:
+        _log(f"llmload worker: connecting to the master at {where}")
         try:
             runner = env.create_worker_runner(args.master_host, args.master_port)
         except (Interrupted, SystemExit) as exc:
@@ -354,7 +355,8 @@ def _bench(args: argparse.Namespace, plan: _Plan, interrupts: Any) -> int:
         master = None
         if plan.distributed:
             master = stack.enter_context(_DistributedSetup(args, env, plan.cluster_token))
-        _log("Initial test run completed. Starting main benchmark run...")
+        _log("Starting main benchmark run..." if args.no_initial_test else
+             "Initial test run completed. Starting main benchmark run...")
         print(format_run_header(args.request_rate, args.burstiness, args.max_concurrency,
                                 ramp_up_strategy=args.ramp_up_strategy, ramp_up_start_rps=args.ramp_up_start_rps,
                                 ramp_up_end_rps=args.ramp_up_end_rps), flush=True)
