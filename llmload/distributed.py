@@ -326,6 +326,7 @@ class BenchMaster:
         for raw in data.get("records", []):
             record = RequestRecord.from_dict(raw)
             shift_record(record, shift)
+            record.compact()
             record.worker = f"worker{state.index}" if state else msg.node_id
             index = int(record.request_id[1:]) if record.request_id.startswith("r") else len(self.records)
             self.records[index] = record

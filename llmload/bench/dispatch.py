@@ -84,6 +84,7 @@ def run_open_loop(
             raise
         finally:
             if keep_records:
+                record.compact()
                 result.records.append(record)
             if on_record is not None:
                 on_record(record)
@@ -146,6 +147,7 @@ def run_closed_loop(
                     record.error = "cut off: the run was stopped before this request was sent"
                 raise
             finally:
+                record.compact()
                 result.records.append(record)
             pause = think()
             if pause > 0 and queue:
