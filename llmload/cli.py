@@ -49,6 +49,10 @@ def _command_parser(name: str) -> tuple[argparse.ArgumentParser, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        from llmload.urls import mask_process_title
+
+        mask_process_title(sys.argv)  # a user:password@ URL must not stay visible to other users in ps
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in COMMANDS:
         parser = _top_parser()

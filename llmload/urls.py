@@ -59,3 +59,22 @@ def secrets_in(url: str) -> list[str]:
         return []
     raw = urlsplit(url).netloc.rsplit("@", 1)[0].partition(":")[2]
     return sorted({raw, creds[1]})
+
+
+def mask_process_title(argv: list[str]) -> None:
+    """Replace this process's command line (what ``ps`` and ``/proc/PID/cmdline`` show every user) with one in
+    which every URL password is masked. Only when there is one: it costs an import of ``setproctitle``.
+
+    The password is visible there from the moment the process starts until this runs (the CLI calls it
+    first thing, within the interpreter's start-up)."""
+    masked = [redact_url(a) if "://" in a and "@" in a else a for a in argv]
+    if masked == argv:
+        return
+    try:
+        import setproctitle
+    except ImportError:
+        return
+    import os
+    import sys
+
+    setproctitle.setproctitle(" ".join([os.path.basename(sys.executable), *masked]))
