@@ -5,12 +5,19 @@ Importable as ``support`` from any test (pytest puts ``tests/`` on ``sys.path`` 
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+
+#: the repository's root (children run from here)
+REPO = Path(__file__).resolve().parents[1]
 
 #: Slack for any lower bound derived from the simulator's timing (a TTFT at least the simulated TTFT, no chunk
 #: before the server sent it, no request before the client sent it): the client's kernel receive times
@@ -98,3 +105,69 @@ def strict_json(text: str, where: object = "") -> dict:
         return json.loads(text, parse_constant=_no_constant)
     except AssertionError as exc:
         raise AssertionError(f"{where}: {exc}") from None
+
+
+def tail(path: Path, n: int = 3000) -> str:
+    """The end of a child's output file, for an assertion message."""
+    text = path.read_text(errors="replace") if path.exists() else ""
+    return f"--- {path.name} ---\n{text[-n:]}"
+
+
+def wait_for_text(path: Path, pattern: str, proc: subprocess.Popen, timeout: float, count: int = 1) -> str:
+    """Wait until ``pattern`` (a regex) appears ``count`` times in ``path``; fails the test if ``proc`` exits or
+    ``timeout`` passes first. Returns the file's text."""
+    import pytest
+
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline:
+        text = path.read_text(errors="replace") if path.exists() else ""
+        if len(re.findall(pattern, text)) >= count:
+            return text
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    pytest.fail(f"{pattern!r} did not appear {count}x in {path.name} within {timeout} s (exit {proc.poll()})\n"
+                f"{tail(path)}")
+
+
+def trace_lines(path: Path) -> list[dict]:
+    """The simulator's ``--trace-file`` lines so far, one per finished request (a line being written is left out)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(errors="replace").split("\n")[:-1] if line.strip()]
+
+
+class ChildProcesses:
+    """The processes one test started: each in its own session with its output in files, all ended by PID in
+    :meth:`close` (also when the test fails). Use as a context manager."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.started: list[subprocess.Popen] = []
+
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None, *, cwd: Path | None = None,
+              preexec_fn: Callable[[], None] | None = None) -> tuple[subprocess.Popen, Path, Path]:
+        """Start ``argv`` with stdout/stderr in ``tmp/NAME.stdout``/``.stderr``; returns (process, out, err)."""
+        out, err = self.tmp / f"{name}.stdout", self.tmp / f"{name}.stderr"
+        with open(out, "wb") as fo, open(err, "wb") as fe:
+            proc = subprocess.Popen(argv, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL,
+                                    env=env if env is not None else offline_env(), cwd=cwd or REPO,
+                                    start_new_session=True, preexec_fn=preexec_fn)
+        self.started.append(proc)
+        return proc, out, err
+
+    def close(self) -> None:
+        for proc in self.started:
+            if proc.poll() is None:
+                try:
+                    os.kill(proc.pid, signal.SIGCONT)  # a stopped process cannot act on SIGTERM
+                except ProcessLookupError:
+                    pass
+            end_process(proc)
+
+    def __enter__(self) -> ChildProcesses:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -17,54 +17,27 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support import end_process, free_port, llmload_command, offline_env, strict_json
+from support import (
+    ChildProcesses,
+    free_port,
+    llmload_command,
+    offline_env,
+    strict_json,
+    tail,
+    trace_lines,
+    wait_for_text,
+)
 
-REPO = Path(__file__).resolve().parents[2]
 #: the simulator's request ids in a distributed run are ``r{index}``; the initial probe keeps its sample id
 RUN_ID = re.compile(r"^r(\d+)$")
 
 
 # -- process bookkeeping -----------------------------------------------------------------------------------
 
-class Procs:
-    """The processes one test started: own session each, output to files, ended by PID in ``close``."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.started: list[subprocess.Popen] = []
-
-    def start(self, name: str, argv: list[str], *, env: dict[str, str] | None = None,
-              preexec_fn: Callable[[], None] | None = None) -> tuple[subprocess.Popen, Path, Path]:
-        out, err = self.tmp / f"{name}.stdout", self.tmp / f"{name}.stderr"
-        with open(out, "wb") as fo, open(err, "wb") as fe:
-            proc = subprocess.Popen(argv, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL,
-                                    env=env if env is not None else offline_env(), cwd=REPO,
-                                    start_new_session=True, preexec_fn=preexec_fn)
-        self.started.append(proc)
-        return proc, out, err
-
-    def close(self) -> None:
-        for proc in self.started:
-            if proc.poll() is None:
-                try:
-                    os.kill(proc.pid, signal.SIGCONT)  # a stopped process cannot act on SIGTERM
-                except ProcessLookupError:
-                    pass
-            end_process(proc)
-
-
 @pytest.fixture
-def procs(tmp_path: Path) -> Iterator[Procs]:
-    p = Procs(tmp_path)
-    try:
+def procs(tmp_path: Path) -> Iterator[ChildProcesses]:
+    with ChildProcesses(tmp_path) as p:
         yield p
-    finally:
-        p.close()
-
-
-def tail(path: Path, n: int = 3000) -> str:
-    text = path.read_text(errors="replace") if path.exists() else ""
-    return f"--- {path.name} ---\n{text[-n:]}"
 
 
 def wait_exit(proc: subprocess.Popen, err: Path, timeout: float) -> int:
@@ -72,25 +45,6 @@ def wait_exit(proc: subprocess.Popen, err: Path, timeout: float) -> int:
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{' '.join(map(str, proc.args))} still running after {timeout} s\n{tail(err)}")
-
-
-def wait_for_text(path: Path, pattern: str, proc: subprocess.Popen, timeout: float, count: int = 1) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if len(re.findall(pattern, path.read_text(errors="replace"))) >= count:
-            return
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    pytest.fail(f"{pattern!r} did not appear {count}x in {path.name} within {timeout} s "
-                f"(exit {proc.poll()})\n{tail(path)}")
-
-
-def trace_lines(path: Path) -> list[dict]:
-    """The simulator's trace lines so far (one a finished request; a line being written is left out)."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(errors="replace").split("\n")[:-1] if line.strip()]
 
 
 def wait_for_run_requests(trace: Path, n: int, proc: subprocess.Popen, err: Path, timeout: float) -> None:
@@ -130,7 +84,7 @@ def worker_argv(port: int) -> list[str]:
     return [*llmload_command(), "bench", "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
 
 
-def start_cluster(procs: Procs, tmp: Path, name: str, workers: int, *workload: str):
+def start_cluster(procs: ChildProcesses, tmp: Path, name: str, workers: int, *workload: str):
     """A master (with its own simulator) and ``workers`` separately started workers, once the run started."""
     sim_trace = tmp / f"{name}.sim.jsonl"
     port = free_port()

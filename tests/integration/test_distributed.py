@@ -15,11 +15,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support import end_process, free_port, llmload_command, locust_command, offline_env
+from support import (
+    ChildProcesses,
+    free_port,
+    llmload_command,
+    locust_command,
+    tail,
+    wait_for_text,
+)
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
 LOCUSTFILE = "locustfiles/sharegpt.py"
 PROMPTS = 120
 #: a fixed-timing workload: every request asks for 20 tokens, sent at exactly 40 req/s
@@ -51,23 +57,13 @@ def _alive_and_ours(pid: int, marker: str) -> bool:
     return marker in cmdline
 
 
-class Procs:
-    """Children of one test: started in their own session, output to files, always ended by PID / own group."""
+class Procs(ChildProcesses):
+    """Children of one test, and the ``--processes`` workers they start (own sessions): ended by PID / group."""
 
     def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.procs: list[tuple[subprocess.Popen, Path, Path]] = []
+        super().__init__(tmp)
         #: process groups of grandchildren (``--processes`` workers start their own session): pid -> marker
         self.groups: dict[int, str] = {}
-
-    def start(self, name: str, argv: list[str], *, cwd: Path | None = None) -> tuple[subprocess.Popen, Path, Path]:
-        out, err = self.tmp / f"{name}.stdout", self.tmp / f"{name}.stderr"
-        with open(out, "wb") as fo, open(err, "wb") as fe:
-            proc = subprocess.Popen(argv, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL, env=offline_env(),
-                                    cwd=cwd or REPO, start_new_session=True)
-        entry = (proc, out, err)
-        self.procs.append(entry)
-        return entry
 
     def adopt_workers(self, stderr_text: str) -> None:
         """Remember the local worker PIDs ``llmload bench --processes`` announced, to end them should they outlive it."""
@@ -77,8 +73,7 @@ class Procs:
                 self.groups[int(pid)] = "--worker"
 
     def close(self) -> None:
-        for proc, _, _ in self.procs:
-            end_process(proc)
+        super().close()
         for pid, marker in self.groups.items():
             if _alive_and_ours(pid, marker):
                 try:
@@ -89,11 +84,8 @@ class Procs:
 
 @pytest.fixture
 def procs(tmp_path: Path) -> Iterator[Procs]:
-    p = Procs(tmp_path)
-    try:
+    with Procs(tmp_path) as p:
         yield p
-    finally:
-        p.close()
 
 
 def wait(proc: subprocess.Popen, err: Path, timeout: float) -> int:
@@ -101,17 +93,6 @@ def wait(proc: subprocess.Popen, err: Path, timeout: float) -> int:
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         pytest.fail(f"{proc.args} still running after {timeout} s\n{tail(err)}")
-
-
-def wait_for_text(path: Path, pattern: str, proc: subprocess.Popen, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if re.search(pattern, path.read_text(errors="replace")):
-            return
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    pytest.fail(f"{pattern!r} did not appear in {path.name} within {timeout} s (exit {proc.poll()})\n{tail(path)}")
 
 
 def wait_for_lines(path: Path, n: int, proc: subprocess.Popen, timeout: float) -> None:
@@ -131,11 +112,6 @@ def start_sim(procs: Procs, name: str, *args: str) -> str:
     proc, out, _ = procs.start(name, [*llmload_command(), "sim", "--host", "127.0.0.1", "--port", "0", *args])
     wait_for_text(out, r"listening on http://127\.0\.0\.1:\d+\b", proc, 30)
     return re.search(r"listening on (http://127\.0\.0\.1:\d+)\b", out.read_text()).group(1)
-
-
-def tail(path: Path, n: int = 4000) -> str:
-    text = path.read_text(errors="replace") if path.exists() else ""
-    return f"--- {path.name} ---\n{text[-n:]}"
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -5,7 +5,6 @@ process listing; and the master/worker channel gives no job to a worker without 
 from __future__ import annotations
 
 import base64
-import json
 import os
 import re
 import secrets
@@ -22,9 +21,16 @@ from typing import ClassVar
 
 import httpx
 import pytest
-from support import end_process, free_port, llmload_command, offline_env, strict_json
+from support import (
+    ChildProcesses,
+    free_port,
+    llmload_command,
+    offline_env,
+    strict_json,
+    trace_lines,
+    wait_for_text,
+)
 
-REPO = Path(__file__).resolve().parents[2]
 RUN_ID = re.compile(r"^r(\d+)$")
 #: fixed, fast simulator timing for every run here
 SIM_TIMING = "--ttft-ms 5 --itl-ms 2"
@@ -32,23 +38,19 @@ SIM_TIMING = "--ttft-ms 5 --itl-ms 2"
 
 # -- processes and what they leave -------------------------------------------------------------------------
 
-class Procs:
-    """The processes one test started (own session each, output to files), ended by PID in ``close``."""
+class Procs(ChildProcesses):
+    """The processes one test started, plus every file they wrote (to grep) and the command line each was given."""
 
     def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-        self.started: list[subprocess.Popen] = []
+        super().__init__(tmp)
         #: every file a process or the test wrote that must hold no secret
         self.outputs: list[Path] = []
         #: pid -> the command line the test gave it
         self.argv: dict[int, bytes] = {}
 
-    def start(self, name: str, argv: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, Path, Path]:
-        out, err = self.tmp / f"{name}.stdout", self.tmp / f"{name}.stderr"
-        with open(out, "wb") as fo, open(err, "wb") as fe:
-            proc = subprocess.Popen(argv, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL, env=env, cwd=REPO,
-                                    start_new_session=True)
-        self.started.append(proc)
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None, **kwargs: object
+              ) -> tuple[subprocess.Popen, Path, Path]:
+        proc, out, err = super().start(name, argv, env, **kwargs)
         self.argv[proc.pid] = "\0".join(argv).encode()
         self.outputs += [out, err]
         return proc, out, err
@@ -61,18 +63,11 @@ class Procs:
             pytest.fail(f"{name}: still running after {timeout} s\n{err.read_text(errors='replace')[-3000:]}")
         return rc, out.read_text(errors="replace"), err.read_text(errors="replace")
 
-    def close(self) -> None:
-        for proc in self.started:
-            end_process(proc)
-
 
 @pytest.fixture
 def procs(tmp_path: Path) -> Iterator[Procs]:
-    p = Procs(tmp_path)
-    try:
+    with Procs(tmp_path) as p:
         yield p
-    finally:
-        p.close()
 
 
 def _read(path: str) -> bytes:
@@ -233,26 +228,6 @@ def start_sim(procs: Procs, name: str, *args: str) -> str:
             return m.group(1)
         time.sleep(0.05)
     pytest.fail(f"llmload sim did not start (exit {proc.poll()})")
-
-
-def wait_for_text(path: Path, pattern: str, proc: subprocess.Popen, timeout: float, count: int = 1) -> str:
-    deadline = time.monotonic() + timeout
-    text = ""
-    while time.monotonic() < deadline:
-        text = path.read_text(errors="replace")
-        if len(re.findall(pattern, text)) >= count:
-            return text
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    pytest.fail(f"{pattern!r} did not appear {count}x in {path.name} within {timeout} s (exit {proc.poll()})\n"
-                f"{text[-3000:]}")
-
-
-def trace_lines(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(errors="replace").split("\n")[:-1] if line.strip()]
 
 
 # -- the one test that greps everything --------------------------------------------------------------------

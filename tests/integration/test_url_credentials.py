@@ -11,7 +11,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from tests.support import offline_env
+from support import offline_env
 
 USER = "alice"
 PASSWORD = "pw-8d1f0c2a9e"  # a string that appears nowhere else

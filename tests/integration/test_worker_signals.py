@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.support import end_process, free_port, llmload_command, offline_env
+from support import end_process, free_port, llmload_command, offline_env, trace_lines
 
 
 def _wait_for(predicate, timeout: float, what: str) -> None:
@@ -21,12 +21,6 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
-
-
-def _lines(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip().endswith("}")]
 
 
 def test_worker_interrupted_while_connecting_exits_130(tmp_path: Path) -> None:
@@ -72,7 +66,7 @@ def test_sigterm_to_a_worker_hands_its_unsent_requests_to_the_others(tmp_path: P
                     stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True))
         procs.extend(workers)
         # wait until requests flow, then evict one worker
-        _wait_for(lambda: len(_lines(trace)) >= 15, 120, "15 finished requests in the sim's trace")
+        _wait_for(lambda: len(trace_lines(trace)) >= 15, 120, "15 finished requests in the sim's trace")
         workers[0].send_signal(signal.SIGTERM)
         assert workers[0].wait(timeout=60) == 143
         master.communicate(timeout=180)
@@ -85,7 +79,7 @@ def test_sigterm_to_a_worker_hands_its_unsent_requests_to_the_others(tmp_path: P
     data = json.loads(next(result_dir.glob("*[0-9].json")).read_text())
     assert data["completed"] == 120 and data["not_sent"] == 0 and data["lost_with_workers"] == 0, data
     # every request reached the server exactly once (the initial test request has its own id)
-    counts = collections.Counter(line["client_id"] for line in _lines(trace))
+    counts = collections.Counter(line["client_id"] for line in trace_lines(trace))
     assert sum(counts.values()) == 121, sum(counts.values())
     assert max(counts.values()) == 1, [k for k, v in counts.items() if v > 1]
     assert "Traceback" not in (tmp_path / "worker0.err").read_text()
