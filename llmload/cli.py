@@ -49,7 +49,8 @@ def _command_parser(name: str) -> tuple[argparse.ArgumentParser, object]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None:
+    entry_point = argv is None
+    if entry_point:
         from llmload.urls import mask_process_title
 
         mask_process_title(sys.argv)  # a user:password@ URL must not stay visible to other users in ps
@@ -62,7 +63,22 @@ def main(argv: list[str] | None = None) -> int:
     name = argv[0]
     parser, module = _command_parser(name)
     args = parser.parse_args(argv[1:])
-    return run_reporting_errors(module.run, args, parser)
+    code = run_reporting_errors(module.run, args, parser)
+    if entry_point and "gevent" in sys.modules:
+        _exit_now(code)
+    return code
+
+
+def _exit_now(code: int) -> None:
+    """End a gevent-based command without interpreter finalization. Everything is written and every child
+    stopped by now; what finalization would add is gevent's hub being torn down while logging's weakref
+    callbacks take locks, which prints 'greenlet is being finalized' tracebacks after a Ctrl-C."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def run_reporting_errors(func, args, parser: argparse.ArgumentParser) -> int:
