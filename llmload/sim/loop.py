@@ -133,7 +133,11 @@ class EventLoop:
         self.lateness[0 if i < 0 else (i if i < 10_000 else 10_000)] += 1
 
     def run(self) -> None:
-        self.running = not self._stop_requested
+        # Set first, then check: a stop() from a signal handler between the two lines still wins (a single
+        # ``running = not stop_requested`` could be interrupted after the read and overwrite the stop).
+        self.running = True
+        if self._stop_requested:
+            self.running = False
         timers = self.timers
         handlers = self.handlers
         poll = self.epoll.poll
