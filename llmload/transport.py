@@ -36,6 +36,8 @@ SO_TIMESTAMPNS = 35
 _CMSG_SPACE = 64
 #: longest stretch of greenlet work between two polls for arriving data
 SWITCH_INTERVAL_S = 0.0005
+#: the largest response head (status line and headers) accepted
+MAX_HEAD = 1 << 20
 #: how often the watchdog checks read and request timeouts
 WATCH_INTERVAL_S = 0.25
 OnLines = Callable[["Response", int], None] | None
@@ -107,9 +109,9 @@ class ResponseParser:
         self._raw = b""
         if self._mode == "head":
             end = raw.find(b"\r\n\r\n")
+            if end > MAX_HEAD or (end < 0 and len(raw) > MAX_HEAD):
+                raise HTTPError("response headers larger than 1 MiB", self.resp, MALFORMED_HTTP)
             if end < 0:
-                if len(raw) > 1 << 20:
-                    raise HTTPError("response headers larger than 1 MiB", self.resp, MALFORMED_HTTP)
                 self._raw = raw
                 return False
             self._parse_head(raw[:end], t)

@@ -651,3 +651,11 @@ def signed_chunks(draw: st.DrawFn) -> bytes:
 def test_chunks_with_signed_sizes_never_hang(data: bytes, cuts: set[int]) -> None:
     edges = [0, *sorted(cuts), len(data)]
     feed_junk([data[a:b] for a, b in pairwise(edges) if data[a:b]])
+
+
+def test_headers_over_1_mib_in_one_read_are_refused_too() -> None:
+    """The limit holds whether the blank line ending the head arrives in the same read or a later one."""
+    head = b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (1 << 20) + b"\r\nContent-Length: 0\r\n\r\n"
+    with pytest.raises(HTTPError, match="larger than 1 MiB") as info:
+        ResponseParser().feed(head, 0.0)
+    assert info.value.kind == "malformed_http"
