@@ -404,8 +404,7 @@ class BenchMaster:
                 break
         end = max((r.end for r in self.records.values() if r.end is not None), default=perf_counter())
         end = max(end, max((r.start for r in self.records.values()), default=start))
-        lost = sum(len(s.dispatched - set(i for i, r in self.records.items() if r.worker == f"worker{s.index}"))
-                   for s in self.workers.values() if s.lost)
+        lost = sum(len(s.dispatched - self._received(s)) for s in self.workers.values() if s.lost)
         records = [self.records[i] for i in sorted(self.records)]
         lags = [lag for i, r in sorted(self.records.items())
                 if i not in self.reassigned and (lag := r.schedule_lag) is not None]

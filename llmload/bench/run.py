@@ -93,10 +93,7 @@ def served_models(base_url: str, api_key: str | None, timeout: float = 10.0) -> 
             data = orjson.loads(resp.read())
     except urllib.error.HTTPError as exc:
         raise EndpointError(f"{shown}/v1/models answered HTTP {exc.code}; pass --model") from None
-    except TimeoutError:
-        raise EndpointError(f"{shown}/v1/models sent no answer within {timeout:g} s (--read-timeout); "
-                            "pass --model to skip asking") from None
-    except (urllib.error.URLError, OSError) as exc:
+    except (urllib.error.URLError, OSError) as exc:  # TimeoutError, or a URLError wrapping one
         reason = getattr(exc, "reason", exc)
         if isinstance(reason, TimeoutError):
             raise EndpointError(f"{shown}/v1/models sent no answer within {timeout:g} s (--read-timeout); "
@@ -196,7 +193,7 @@ def run_bench(args: argparse.Namespace) -> int:
 
     from llmload.interrupts import Interrupted, RunInterrupts
 
-    plan = _validate(args)
+    plan = _Plan(args)
     with RunInterrupts(_log) as interrupts:
         try:
             return _bench(args, plan, interrupts)
@@ -257,10 +254,6 @@ class _Plan:
                 f"--master binds {args.master_bind_host!r} and workers would receive the API key: set a cluster "
                 "token (LLMLOAD_CLUSTER_TOKEN or --cluster-token-file) on the master and the workers, or bind "
                 "--master-bind-host 127.0.0.1")
-
-
-def _validate(args: argparse.Namespace) -> _Plan:
-    return _Plan(args)
 
 
 def _check_writable(directory: Path) -> None:
@@ -614,7 +607,7 @@ def _report(args: argparse.Namespace, plan: _Plan, outcome: _Outcome, samples: l
         return 1
     if not wrote:
         return 1
-    return _threshold_exit(args, metrics, records)
+    return _threshold_exit(args, metrics)
 
 
 def _print_summary(args: argparse.Namespace, metrics: Any, outcome: _Outcome, health_report: dict[str, Any]) -> None:
@@ -692,19 +685,19 @@ def _save(args: argparse.Namespace, plan: _Plan, outcome: _Outcome, metrics: Any
     return ok
 
 
-def _threshold_exit(args: argparse.Namespace, metrics: Any, records: list) -> int:
+def _threshold_exit(args: argparse.Namespace, metrics: Any) -> int:
     """``--fail-on-error-rate`` / ``--fail-on-slo``: exit 3 when the run completed but missed the bar."""
-    sent = max(1, len(records))
+    sent = max(1, metrics.sent)
     if args.fail_on_error_rate is not None:
-        failed = sum(1 for r in records if not r.success)
+        failed = metrics.failed + metrics.cut_off
         if failed / sent > args.fail_on_error_rate:
-            _log(f"error: {failed} of {len(records)} requests failed ({failed / sent:.1%}), above "
+            _log(f"error: {failed} of {metrics.sent} requests failed ({failed / sent:.1%}), above "
                  f"--fail-on-error-rate {args.fail_on_error_rate:g}")
             return THRESHOLD_MISSED
     if args.fail_on_slo is not None and metrics.request_goodput is not None:
         good = round(metrics.request_goodput * metrics.duration)
         if good / sent < args.fail_on_slo:
-            _log(f"error: {good} of {len(records)} requests met every --goodput SLO ({good / sent:.1%}), below "
+            _log(f"error: {good} of {metrics.sent} requests met every --goodput SLO ({good / sent:.1%}), below "
                  f"--fail-on-slo {args.fail_on_slo:g}")
             return THRESHOLD_MISSED
     return 0
