@@ -25,9 +25,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from llmload.choices import RAMP_UP_STRATEGIES
 from llmload.errors import ConfigError
-
-RAMP_UP_STRATEGIES = ("linear", "exponential")
 
 
 def validate_arrivals(

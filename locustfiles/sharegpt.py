@@ -2,8 +2,10 @@
 
     locust -f locustfiles/sharegpt.py --host http://127.0.0.1:8000 --backend vllm --model my-model
 
-Options (also LLMLOAD_* environment variables and the web UI's start form): --backend, --model, --endpoint,
---dataset-name, --dataset-path, --num-prompts, --tokenizer, --max-tokens, --ignore-eos, --ttft-rule.
+Options (also LLMLOAD_* environment variables and the web UI's start form): llmload bench's workload, arrival
+and metric options (--backend, --model, --endpoint, --dataset-name, --dataset-path, --num-prompts, --tokenizer,
+--request-rate, --ignore-eos, --ttft-rule, ...) plus --arrival, --max-tokens, --user-shape, --llm-records;
+docs/options.md lists them all. The API key: --api-key-file, $LLMLOAD_API_KEY or $OPENAI_API_KEY.
 """
 
 from locust import run_single_user

@@ -43,10 +43,9 @@ from typing import Any
 
 import numpy as np
 
+from llmload.choices import TRACE_FORMATS
 from llmload.datasets.base import SampleRequest, Tokenizer, jsonl_objects, token_len
 from llmload.errors import ConfigError, DatasetError
-
-TRACE_FORMATS = ("azure", "burstgpt", "jsonl")
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")

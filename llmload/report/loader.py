@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from llmload.choices import RECORDS_FORMATS
 from llmload.errors import DatasetError
 from llmload.records import RequestRecord
 
@@ -114,7 +115,7 @@ def _read_lenient(raw: bytes) -> Any:
 def records_file_for(path: Path) -> Path | None:
     """``X.records.jsonl`` (or ``.parquet``) next to ``X.json``, if it exists."""
     stem = path.name[:-5] if path.name.endswith(".json") else path.stem
-    for ext in ("jsonl", "parquet"):
+    for ext in RECORDS_FORMATS:
         candidate = path.with_name(f"{stem}.records.{ext}")
         if candidate.exists():
             return candidate

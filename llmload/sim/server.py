@@ -35,6 +35,7 @@ from llmload.sim.requests import (
 )
 from llmload.sim.text import TOKEN_COUNT, TOKENS, text_of
 from llmload.sim.wire import Wire, make_wire
+from llmload.tokenizer import BUILTIN
 
 _IN = select.EPOLLIN | select.EPOLLRDHUP
 _OUT = select.EPOLLIN | select.EPOLLRDHUP | select.EPOLLOUT
@@ -295,8 +296,11 @@ class SimServer:
         elif path == "/health" and method in ("GET", "HEAD"):
             self._respond(conn, 200, b"")
         elif path == "/v1/models" and method == "GET":
+            # llmload_tokenizer: the tokenizer a client should count with (llmload.target.describe_server):
+            # --tokenizer's value, else builtin, the one llmload bench uses against its own simulator
             model = {"id": self.config.model, "object": "model", "created": 0, "owned_by": "llmload",
-                     "max_model_len": self.config.max_model_len}
+                     "max_model_len": self.config.max_model_len,
+                     "llmload_tokenizer": self.config.tokenizer or BUILTIN}
             self._respond(conn, 200, orjson.dumps({"object": "list", "data": [model]}))
         elif path == "/sim/stats" and method == "GET":
             self._respond(conn, 200, orjson.dumps(self.stats()))

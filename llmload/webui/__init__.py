@@ -24,9 +24,6 @@ def install() -> None:
     _installed = True
     from locust import events
 
-    from llmload.webui.server import add_options
-
-    events.init_command_line_parser.add_listener(add_options)
     events.init.add_listener(_on_init)
     events.test_start.add_listener(_on_test_start)
 

@@ -35,14 +35,6 @@ DISTRIBUTED_SETTLE_S = 1.5
 LIVE_STALE_S = 5.0
 
 
-def add_options(parser: Any) -> None:
-    parser.add_argument(
-        "--llm-web-credentials", default="", env_var="LLMLOAD_WEB_CREDENTIALS", include_in_web_ui=False,
-        is_secret=True,
-        help="with --web-login: USER:PASSWORD for the login page and for HTTP basic auth on /llm/* routes",
-    )
-
-
 class LLMTab:
     """Everything the tab needs in one process (the master, or the only process of a local run)."""
 

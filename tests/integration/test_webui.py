@@ -87,7 +87,7 @@ def start_web(tmp_path: Path) -> Iterator[Callable[..., Web]]:
     """``start_web(argv_prefix, *args)``: run it with a web UI on a free port; ended by PID at teardown."""
     procs: list[subprocess.Popen] = []
 
-    def start(prefix: list[str], *args: str, port_flag: str = "--web-port") -> Web:
+    def start(prefix: list[str], *args: str, port_flag: str = "--web-port", env: dict[str, str] | None = None) -> Web:
         port = free_port()
         log = tmp_path / f"web{len(procs)}.log"
         argv = [*prefix, *args, port_flag, str(port)]
@@ -95,7 +95,7 @@ def start_web(tmp_path: Path) -> Iterator[Callable[..., Web]]:
             argv += ["--web-host", "127.0.0.1"]
         with open(log, "wb") as out:
             proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    cwd=ROOT, env=offline_env(), start_new_session=True)
+                                    cwd=ROOT, env=offline_env(env), start_new_session=True)
         procs.append(proc)
         web = Web(proc, f"http://127.0.0.1:{port}", log)
         deadline = time.monotonic() + 40
@@ -292,7 +292,7 @@ def test_distributed_workers_feed_the_tab(start_sim, start_web) -> None:
 
 def test_routes_need_login_when_web_login_is_on(start_web) -> None:
     web = start_web(script("locust"), "-f", LOCUSTFILE, "--host", "http://127.0.0.1:9", "--web-login",
-                    "--llm-web-credentials", "tester:s3cret")
+                    "--llm-web-credentials", "tester:s3cret", "--request-rate", "1")
     for method, path in (("GET", "/llm/stats"), ("GET", "/llm/records.jsonl"), ("GET", "/llm/result.json"),
                          ("POST", "/llm/rate")):
         resp = web.http.request(method, path, json={"request_rate": 99} if method == "POST" else None)
@@ -311,7 +311,7 @@ def test_routes_need_login_when_web_login_is_on(start_web) -> None:
 
 def test_llmload_ui_starts_and_stops_the_simulator(start_web) -> None:
     web = start_web(script("llmload"), "ui", "--sim-args", "--ttft-ms 5 --itl-ms 1", "--",
-                    "--num-prompts", "10", "--api-key", "sekrit-key-123", port_flag="--web-port")
+                    "--num-prompts", "10", port_flag="--web-port", env={"LLMLOAD_API_KEY": "sekrit-key-123"})
     host = web.stats()["host"]
     assert host.startswith("http://127.0.0.1:")
     assert httpx.get(host + "/v1/models", trust_env=False).status_code == 200

@@ -1,0 +1,22 @@
+"""The fixed choice sets of llmload's options, each spelled once.
+
+A dependency-free module on purpose: the option table (:mod:`llmload.options`), the dataset readers, the
+arrival code and the metrics all import these, and ``llmload.options`` itself imports the backends and datasets
+(for :data:`~llmload.backends.BACKENDS`, :data:`~llmload.datasets.DATASET_NAMES`), so keeping the tuples here
+avoids an import cycle. Backends and dataset names stay with their registries.
+"""
+
+from __future__ import annotations
+
+#: ``--ttft-rule``: which streamed event counts as the first token (content: first text; vllm: first choices)
+TTFT_RULES = ("content", "vllm")
+#: ``--trace-format``: the trace files ``--dataset-name trace`` reads
+TRACE_FORMATS = ("azure", "burstgpt", "jsonl")
+#: ``--ramp-up-strategy``: vLLM's ramp-up shapes
+RAMP_UP_STRATEGIES = ("linear", "exponential")
+#: ``--records-format``: the per-request records file next to a result JSON
+RECORDS_FORMATS = ("jsonl", "parquet")
+#: ``--arrival`` (``locust -f``): closed loop (send, wait, repeat) or open loop (Poisson at ``--request-rate``)
+ARRIVALS = ("closed", "open")
+
+__all__ = ["ARRIVALS", "RAMP_UP_STRATEGIES", "RECORDS_FORMATS", "TRACE_FORMATS", "TTFT_RULES"]

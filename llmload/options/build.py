@@ -1,0 +1,55 @@
+"""Generate the two parsers from the option table: ``llmload bench``'s argparse groups and the options added to
+Locust's configargparse parser (environment variables, web UI form fields, secrets)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from llmload.options.spec import GROUPS, Scope
+from llmload.options.table import options_for
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    """``llmload bench``'s flags, in its ``--help`` groups. Flags only: bench reads no ``LLMLOAD_*`` option
+    variables (a stray one in a CI environment must not change a benchmark)."""
+    options = options_for(Scope.BENCH)
+    for key, title in GROUPS:
+        members = [o for o in options if o.group == key]
+        if not members:
+            continue
+        group = parser.add_argument_group(title)
+        for option in members:
+            group.add_argument(*option.flags, **option.argparse_kwargs(Scope.BENCH))
+
+
+class _FormOnly(argparse.Action):
+    """A web UI start-form field that has no command-line flag: given on the command line (or in a config file,
+    which configargparse turns into one), it is refused with one line saying what to use instead."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        parser.error(f"{option_string} is not taken on the command line, where ps shows it to every user of the "
+                     "host: use --api-key-file FILE, $LLMLOAD_API_KEY or $OPENAI_API_KEY (the web UI's start form "
+                     "has a field for it)")
+
+
+def add_locust_options(parser: Any) -> None:
+    """llmload's options on Locust's parser (``LocustArgumentParser``, configargparse): each reads its
+    ``LLMLOAD_*`` variable, and appears in the web UI's start form unless the table says otherwise.
+
+    Added to the parser itself, not to an argument group: only ``LocustArgumentParser.add_argument`` takes
+    ``include_in_web_ui``/``is_secret``, and only its actions reach the start form."""
+    for option in options_for(Scope.LOCUST):
+        kwargs = option.argparse_kwargs(Scope.LOCUST)
+        if option.cli:
+            kwargs["env_var"] = option.env_var
+        else:
+            kwargs["action"] = _FormOnly
+        parser.add_argument(*option.flags, include_in_web_ui=option.web_ui, is_secret=option.secret, **kwargs)
+
+
+def add_options(parser: Any) -> None:
+    """The entry point Locust's ``events.init_command_line_parser`` calls (``llmload.plugin`` registers it)."""
+    add_locust_options(parser)
+

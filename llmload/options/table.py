@@ -1,0 +1,235 @@
+"""Every llmload option, once: ``llmload bench``'s flags and ``locust -f``'s options are both generated from
+:data:`OPTIONS` (:mod:`llmload.options.build`), and ``docs/options.md`` is written from it too.
+
+Order matters: within a group it is the order of ``llmload bench --help``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from llmload import argtypes
+from llmload.backends import BACKENDS
+from llmload.choices import ARRIVALS, RAMP_UP_STRATEGIES, RECORDS_FORMATS, TRACE_FORMATS, TTFT_RULES
+from llmload.datasets import DATASET_NAMES
+from llmload.options.spec import Option, Scope
+
+#: the number of prompts without ``--num-prompts``, and against the built-in simulator
+DEFAULT_PROMPTS = 1000
+SIM_DEFAULT_PROMPTS = 200
+
+BENCH, LOCUST, BOTH = Scope.BENCH, Scope.LOCUST, Scope.BOTH
+
+_TARGET = (
+    Option(("--backend",), "backend", BOTH, "target", "wire dialect (default: %(default)s)", default="vllm",
+           choices=BACKENDS),
+    Option(("--base-url",), "base_url", BENCH, "target",
+           "server base URL, e.g. http://127.0.0.1:8000 (http://user:password@host sends Basic auth; the "
+           "password is never shown)"),
+    Option(("--host",), "host", BENCH, "target", "server host (default 127.0.0.1 when --port is given)"),
+    Option(("--port",), "port", BENCH, "target", "server port (default 8000 when --host is given)",
+           type=argtypes.port),
+    Option(("--endpoint",), "endpoint", BOTH, "target", "request path (default: the backend's, e.g. /v1/completions)"),
+    Option(("--model",), "model", BOTH, "target", "model name (default: the first one the server lists at /v1/models)"),
+    Option(("--served-model-name",), "served_model_name", BOTH, "target",
+           "model name sent in requests, if it differs from --model"),
+    Option(("--api-key-file",), "api_key_file", BOTH, "target", "file holding the API key (else $OPENAI_API_KEY)",
+           locust_help="file holding the API key (else $LLMLOAD_API_KEY, else $OPENAI_API_KEY)", web_ui=False),
+    Option(("--sim-args",), "sim_args", BENCH, "target",
+           "extra 'llmload sim' flags for the built-in simulator, e.g. \"--profile tiny\"", default=""),
+)
+
+_WORKLOAD = (
+    Option(("--dataset-name",), "dataset_name", BOTH, "workload", "(default: %(default)s)", default="sharegpt",
+           choices=DATASET_NAMES),
+    Option(("--dataset-path",), "dataset_path", BOTH, "workload",
+           "dataset file (default for sharegpt: the shipped synthetic sample)"),
+    Option(("--num-prompts",), "num_prompts", BOTH, "workload",
+           f"number of requests (default {DEFAULT_PROMPTS}; {SIM_DEFAULT_PROMPTS} against the built-in simulator)",
+           type=argtypes.positive_int,
+           locust_help=f"prompts sampled from the dataset; users cycle through them (default {DEFAULT_PROMPTS}; "
+                       f"{SIM_DEFAULT_PROMPTS} against the built-in simulator)"),
+    Option(("--tokenizer",), "tokenizer", BOTH, "workload",
+           "tokenizer name or local dir ('builtin': the shipped one; default: the model's own, or builtin against "
+           "the simulator)"),
+    # off the web form: a field anyone who reaches the UI could tick to run a model repository's code
+    Option(("--trust-remote-code",), "trust_remote_code", BOTH, "workload", action="store_true", default=False,
+           web_ui=False),
+    Option(("--seed",), "seed", BOTH, "workload", type=argtypes.integer, default=0),
+    Option(("--sharegpt-output-len",), "sharegpt_output_len", BOTH, "workload", "fix every output length",
+           type=argtypes.positive_int),
+    Option(("--random-input-len",), "random_input_len", BOTH, "workload", type=argtypes.positive_int, default=1024),
+    Option(("--random-output-len",), "random_output_len", BOTH, "workload", type=argtypes.positive_int,
+           default=128),
+    Option(("--random-range-ratio",), "random_range_ratio", BOTH, "workload", "in [0, 1) (default: %(default)s)",
+           type=argtypes.range_ratio, default=0.0),
+    Option(("--random-prefix-len",), "random_prefix_len", BOTH, "workload", type=argtypes.non_negative_int,
+           default=0),
+    Option(("--custom-output-len",), "custom_output_len", BOTH, "workload",
+           "output length for custom JSONL rows without output_len", type=argtypes.positive_int, default=256),
+    Option(("--ignore-eos",), "ignore_eos", BOTH, "workload", "ask the server to ignore EOS", action="store_true",
+           default=False),
+)
+
+_TRACE = (
+    Option(("--trace-format",), "trace_format", BOTH, "trace", "(default: detected from the file's header)",
+           choices=TRACE_FORMATS),
+    Option(("--time-scale",), "time_scale", BOTH, "trace", "replay speed; 2 = twice as fast",
+           type=argtypes.positive, default=1.0),
+    Option(("--trace-start",), "trace_start", BOTH, "trace", "window start, seconds into the trace",
+           type=argtypes.seconds, default=0.0),
+    Option(("--trace-duration",), "trace_duration", BOTH, "trace",
+           "window length in trace seconds (default: to the end)", type=argtypes.positive_seconds),
+    Option(("--trace-prompts",), "trace_prompts", BOTH, "trace",
+           "take prompt text from this dataset, trimmed/padded to each length (default: synthetic)",
+           metavar="SHAREGPT_FILE"),
+)
+
+_ARRIVALS = (
+    Option(("--request-rate",), "request_rate", BOTH, "arrivals",
+           "requests/s, Poisson (gamma with --burstiness) open loop; inf sends all at once",
+           type=argtypes.rate, default=math.inf,
+           locust_help="--arrival open: requests/s for the whole test (all users and workers), Poisson (gamma "
+                       "with --burstiness); default inf: no pacing"),
+    Option(("--burstiness",), "burstiness", BOTH, "arrivals", "gamma shape; 1 = Poisson, < 1 burstier",
+           type=argtypes.positive, default=1.0),
+    Option(("--max-concurrency",), "max_concurrency", BOTH, "arrivals", "cap on requests in flight",
+           type=argtypes.positive_int,
+           locust_help="--arrival open: most requests in flight per user (default: no cap)"),
+    Option(("--constant-rate",), "constant_rate", BOTH, "arrivals",
+           "send exactly 1/--request-rate apart instead of Poisson/gamma", action="store_true", default=False),
+    Option(("--rate-shape",), "rate_shape", BOTH, "arrivals",
+           "open-loop rate over time, e.g. 'steps:5@0,10@30;duration=60', 'sine:mean=10,amplitude=5,period=60;"
+           "duration=300' (docs/arrivals.md)", metavar="SPEC|FILE"),
+    Option(("--think-time",), "think_time", BOTH, "arrivals",
+           "closed loop: --max-concurrency users each send, wait for the stream, think, repeat",
+           metavar="fixed:S|exp:S",
+           locust_help="closed loop: each user's pause between requests, fixed:SECONDS or exp:MEAN_SECONDS"),
+    Option(("--ramp-up-strategy",), "ramp_up_strategy", BOTH, "arrivals", choices=RAMP_UP_STRATEGIES),
+    Option(("--ramp-up-start-rps",), "ramp_up_start_rps", BOTH, "arrivals", type=argtypes.non_negative,
+           metavar="RPS"),
+    Option(("--ramp-up-end-rps",), "ramp_up_end_rps", BOTH, "arrivals", type=argtypes.non_negative,
+           metavar="RPS"),
+)
+
+# the list-valued ones stay off the web form: Locust's form hands lists back as lists of strings
+_METRICS = (
+    Option(("--goodput",), "goodput", BOTH, "metrics",
+           "SLOs for goodput, e.g. ttft:500 tpot:50 (metrics ttft, tpot, e2el)", nargs="+", metavar="METRIC:MS",
+           web_ui=False),
+    Option(("--percentile-metrics",), "percentile_metrics", BOTH, "metrics",
+           "metrics reported with percentiles: ttft,tpot,itl,e2el (default: %(default)s)",
+           type=argtypes.metric_names, default="ttft,tpot,itl", web_ui=False),
+    Option(("--metric-percentiles",), "metric_percentiles", BOTH, "metrics", "e.g. 25,50,99 (default: %(default)s)",
+           type=argtypes.percentiles, default="99", web_ui=False),
+    Option(("--ttft-rule",), "ttft_rule", BOTH, "metrics",
+           "content: first event with text (default); vllm: first event with choices", default="content",
+           choices=TTFT_RULES),
+)
+
+_TIMEOUTS = (
+    Option(("--connect-timeout",), "connect_timeout", BOTH, "timeouts",
+           "seconds to open a connection (default: %(default)s)", type=argtypes.positive_seconds, default=30.0),
+    Option(("--read-timeout",), "read_timeout", BOTH, "timeouts",
+           "a request fails when no data arrives for this many seconds, queueing before the first token included "
+           "(default: %(default)s)", type=argtypes.positive_seconds, default=600.0),
+    Option(("--request-timeout",), "request_timeout", BOTH, "timeouts",
+           "a request fails when it takes longer than this in all (default: no limit)",
+           type=argtypes.positive_seconds),
+    Option(("--stop-timeout",), "stop_timeout", BENCH, "timeouts",
+           "when stopped early (Ctrl-C, SIGTERM), seconds requests in flight get before they are cut off "
+           "(default: %(default)s)", type=argtypes.seconds, default=10.0),
+    Option(("--no-initial-test",), "no_initial_test", BENCH, "timeouts",
+           "skip the single test request sent before the run", action="store_true", default=False),
+)
+
+_DISTRIBUTED = (
+    Option(("--processes",), "processes", BENCH, "distributed",
+           "run N local worker processes under an in-process master", type=argtypes.positive_int),
+    Option(("--master",), "master", BENCH, "distributed", "run as master; workers connect to it",
+           action="store_true", default=False),
+    Option(("--expect-workers",), "expect_workers", BENCH, "distributed", "with --master: workers to wait for",
+           type=argtypes.positive_int),
+    Option(("--expect-workers-max-wait",), "expect_workers_max_wait", BENCH, "distributed",
+           "seconds (default: %(default)s)", type=argtypes.positive_seconds, default=120.0),
+    Option(("--master-bind-host",), "master_bind_host", BENCH, "distributed",
+           "interface the master listens on, e.g. 10.0.0.5 (default: all)", default="*"),
+    Option(("--master-bind-port",), "master_bind_port", BENCH, "distributed", "(default: %(default)s)",
+           type=argtypes.port, default=5557),
+    Option(("--worker",), "worker", BENCH, "distributed", "run as a worker: every run option comes from the master",
+           action="store_true", default=False),
+    Option(("--master-host",), "master_host", BENCH, "distributed", "with --worker: the master's address",
+           default="127.0.0.1"),
+    Option(("--master-port",), "master_port", BENCH, "distributed", "with --worker: the master's port",
+           type=argtypes.port, default=5557),
+    Option(("--cluster-token-file",), "cluster_token_file", BENCH, "distributed",
+           "file ('-': stdin) holding the token workers must prove they know before they get a job or the API key "
+           "(default: $LLMLOAD_CLUSTER_TOKEN; none: every worker is trusted)", metavar="FILE"),
+)
+
+_OUTPUT = (
+    Option(("--save-result",), "save_result", BENCH, "output", "write the result JSON and the records file",
+           action="store_true", default=False),
+    Option(("--save-detailed",), "save_detailed", BENCH, "output",
+           "also put per-request lists (ttfts, itls, ...) into the result JSON", action="store_true", default=False),
+    Option(("--result-dir",), "result_dir", BENCH, "output", "(default: current directory)", default="."),
+    Option(("--result-filename",), "result_filename", BENCH, "output",
+           "(default: vLLM's {label}-{rate}qps-{model}-{date}.json)"),
+    Option(("--records-format",), "records_format", BENCH, "output", default="jsonl", choices=RECORDS_FORMATS),
+    Option(("--metadata",), "metadata", BENCH, "output", "extra keys for the result JSON", nargs="*",
+           metavar="KEY=VALUE"),
+    Option(("--label",), "label", BENCH, "output", "label in the result file name (default: the backend)"),
+    Option(("--disable-tqdm",), "disable_tqdm", BENCH, "output", "no progress line on stderr", action="store_true",
+           default=False),
+)
+
+_GATES = (
+    Option(("--fail-on-error-rate",), "fail_on_error_rate", BENCH, "gates",
+           "fail when more than this share of the requests sent failed, e.g. 0.01", type=argtypes.fraction,
+           metavar="SHARE"),
+    Option(("--fail-on-slo",), "fail_on_slo", BENCH, "gates",
+           "fail when fewer than SHARE (default 1: all) of the requests sent met every --goodput SLO",
+           type=argtypes.fraction, nargs="?", const=1.0, metavar="SHARE"),
+)
+
+_LOCUST_ONLY = (
+    Option(("--arrival",), "arrival", LOCUST, "locust",
+           "closed: each user sends, waits for the stream, repeats; open: Poisson arrivals at --request-rate for "
+           "the whole test, independent of responses", default="closed", choices=ARRIVALS),
+    Option(("--max-tokens",), "max_tokens", LOCUST, "locust",
+           "alias: fix every output length, whatever --dataset-name (it wins over --sharegpt-output-len, "
+           "--random-output-len and --custom-output-len); 0: the dataset's own", type=argtypes.non_negative_int,
+           default=0),
+    Option(("--user-shape",), "user_shape", LOCUST, "locust",
+           "closed loop: user count over time, e.g. 'ramp:1->50;duration=120' (docs/arrivals.md)", default=""),
+    Option(("--llm-records",), "llm_records", LOCUST, "locust",
+           "write one JSON line per request to this file at the end", default="", env="LLMLOAD_RECORDS"),
+    # The start form's API key field. There is no command-line flag for a key (ps shows every command line to
+    # every user of the host): --api-key on the command line is refused with a pointer to the ways that are safe.
+    Option(("--api-key",), "api_key", LOCUST, "locust",
+           "API key for this test, typed into the web UI's start form only (else --api-key-file, "
+           "$LLMLOAD_API_KEY, $OPENAI_API_KEY)", default="", secret=True, cli=False),
+)
+
+_WEB_UI = (
+    Option(("--llm-web-credentials",), "llm_web_credentials", LOCUST, "webui",
+           "with --web-login: USER:PASSWORD for the login page and for HTTP basic auth on /llm/* routes",
+           default="", env="LLMLOAD_WEB_CREDENTIALS", secret=True, web_ui=False),
+)
+
+#: every llmload option, in ``llmload bench --help`` order within each group
+OPTIONS: tuple[Option, ...] = (*_TARGET, *_WORKLOAD, *_TRACE, *_ARRIVALS, *_METRICS, *_TIMEOUTS, *_DISTRIBUTED,
+                               *_OUTPUT, *_GATES, *_LOCUST_ONLY, *_WEB_UI)
+
+
+def options_for(scope: Scope) -> tuple[Option, ...]:
+    """The options one way in gets (``Scope.BENCH`` or ``Scope.LOCUST``)."""
+    return tuple(o for o in OPTIONS if scope in o.scope)
+
+
+def option(dest: str) -> Option:
+    """The option with this ``dest`` (KeyError if there is none)."""
+    for o in OPTIONS:
+        if o.dest == dest:
+            return o
+    raise KeyError(dest)

@@ -1,0 +1,94 @@
+"""What the parsed options mean, shared by ``llmload bench`` and ``locust -f``: where the API key comes from,
+how many prompts, ``--max-tokens``, and re-typing what Locust's web form hands back."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from llmload.errors import ConfigError
+from llmload.options.spec import Scope
+from llmload.options.table import DEFAULT_PROMPTS, SIM_DEFAULT_PROMPTS, options_for
+
+#: environment variables holding the API key, in the order they are looked at
+API_KEY_ENV = ("LLMLOAD_API_KEY", "OPENAI_API_KEY")
+
+
+def api_key(opts: Any) -> str | None:
+    """The API key, or None: the web UI start form's field (``locust -f`` only; empty unless typed there), else
+    ``--api-key-file``, else ``$LLMLOAD_API_KEY``, else ``$OPENAI_API_KEY``.
+
+    Never from a command-line flag: ``ps`` shows every command line to every user of the host. A file that
+    cannot be read, or holds no key, is a :class:`~llmload.errors.ConfigError` with a one-line message that
+    names the file, never its content."""
+    typed = getattr(opts, "api_key", None)
+    if typed:
+        return str(typed)
+    path = getattr(opts, "api_key_file", None)
+    if path:
+        return _key_from_file(str(path))
+    for name in API_KEY_ENV:
+        if value := os.environ.get(name):
+            return value
+    return None
+
+
+def _key_from_file(path: str) -> str:
+    try:
+        key = Path(path).read_text().strip()
+    except OSError as exc:
+        raise ConfigError(f"--api-key-file: cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"--api-key-file: {path} is not a text file") from None
+    if not key:
+        raise ConfigError(f"--api-key-file: {path} is empty")
+    if "\n" in key or "\r" in key:
+        # sent as an HTTP header: a second line would be refused by the server, or worse, read as a header
+        raise ConfigError(f"--api-key-file: {path} holds more than one line; put only the key in it")
+    return key
+
+
+def output_len_override(opts: Any) -> int | None:
+    """``locust -f --max-tokens N``: the output length every request gets whatever the dataset, or None
+    (``llmload bench`` has no ``--max-tokens``: None)."""
+    value = getattr(opts, "max_tokens", None)
+    return int(value) if value else None
+
+
+def prompt_count(opts: Any, *, simulator: bool) -> int | None:
+    """``--num-prompts``' meaning: as given; without it 1000, or 200 against the built-in simulator (``llmload
+    sim``, started by bench or found through :func:`llmload.target.describe_server`). A trace without it
+    replays its whole window: None."""
+    if opts.dataset_name == "trace":
+        return opts.num_prompts
+    return opts.num_prompts or (SIM_DEFAULT_PROMPTS if simulator else DEFAULT_PROMPTS)
+
+
+def normalize_options(opts: Any) -> None:
+    """Re-type and check llmload's options after Locust's web UI start form set them, as the command line would.
+
+    Locust converts a form field with ``type(current value)``: an option whose default is None
+    (``--num-prompts``, ``--max-concurrency``, ...) gets a string, an empty field ``""``, and nothing is
+    validated (a request rate of -1 passes). Here an empty field goes back to the default and every other value
+    goes through the option's type and choices; a bad one is a :class:`~llmload.errors.ConfigError`. Call it at
+    test start, before the options are used."""
+    for option in options_for(Scope.LOCUST):
+        value = getattr(opts, option.dest, None)
+        if option.action is not None or option.nargs is not None or value is None:
+            continue
+        if isinstance(value, (bool, list, tuple)):  # flags and list-valued options: typed by Locust already
+            continue
+        text = str(value)
+        if text == "":
+            value = option.default
+            text = value if isinstance(value, str) else ""
+        if text and option.type is not None:
+            try:
+                value = option.type(text)
+            except argparse.ArgumentTypeError as exc:
+                raise ConfigError(f"{option.flag}: {exc}") from None
+        if option.choices is not None and value is not None and value not in option.choices:
+            raise ConfigError(f"{option.flag}: expected one of {', '.join(option.choices)}, got {value!r}")
+        setattr(opts, option.dest, value)

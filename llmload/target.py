@@ -1,0 +1,73 @@
+"""What the server under test says about itself at ``/v1/models``: the models it serves and, for llmload's own
+simulator (``llmload sim``), the tokenizer to count its tokens with.
+
+Both ways in ask it: ``llmload bench`` when ``--model`` is not given, the Locust plugin at test start. The
+simulator adds ``"llmload_tokenizer"`` to each model entry; any other server leaves it out, and the tokenizer
+stays the caller's choice (``--tokenizer``, else the model's own).
+"""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmload.errors import EndpointError
+from llmload.urls import basic_auth, redact_url, strip_credentials
+
+#: the key of a ``/v1/models`` entry through which ``llmload sim`` names its tokenizer
+TOKENIZER_KEY = "llmload_tokenizer"
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """``models``: the ids listed, in the server's order (the first is the default model). ``tokenizer``: the
+    tokenizer the server names (``llmload sim`` only), else None."""
+
+    models: list[str] = field(default_factory=list)
+    tokenizer: str | None = None
+
+    @property
+    def is_simulator(self) -> bool:
+        """True for ``llmload sim``: the only server that names a tokenizer."""
+        return self.tokenizer is not None
+
+
+def describe_server(base_url: str, api_key: str | None, timeout: float = 10.0) -> ServerInfo:
+    """Ask ``base_url``'s ``/v1/models``. Sends the Bearer key, else the Basic credentials in ``base_url``
+    (never shown: every message names the URL redacted). Raises :class:`~llmload.errors.EndpointError` with one
+    line when the server cannot be reached, answers an HTTP error, is silent for ``timeout`` seconds, or does not
+    answer a model list."""
+    data = _get_models(base_url, api_key, timeout)
+    listed = data.get("data")
+    entries = [m for m in listed if isinstance(m, dict)] if isinstance(listed, list) else []
+    tokenizer = next((m[TOKENIZER_KEY] for m in entries if isinstance(m.get(TOKENIZER_KEY), str)
+                      and m[TOKENIZER_KEY]), None)
+    return ServerInfo(models=[m.get("id", "") for m in entries], tokenizer=tokenizer)
+
+
+def _get_models(base_url: str, api_key: str | None, timeout: float) -> dict[str, Any]:
+    import orjson
+
+    shown = redact_url(base_url)
+    request = urllib.request.Request(f"{strip_credentials(base_url)}/v1/models")
+    auth = f"Bearer {api_key}" if api_key else basic_auth(base_url)
+    if auth:
+        request.add_header("Authorization", auth)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
+            data = orjson.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        raise EndpointError(f"{shown}/v1/models answered HTTP {exc.code}; pass --model") from None
+    except OSError as exc:  # URLError is an OSError; a timeout arrives bare or as a URLError's reason
+        reason = getattr(exc, "reason", exc)
+        if isinstance(reason, TimeoutError):
+            raise EndpointError(f"{shown}/v1/models sent no answer within {timeout:g} s (--read-timeout); "
+                                "pass --model to skip asking") from None
+        raise EndpointError(f"cannot reach the server at {shown}: {reason}") from None
+    except ValueError:
+        raise EndpointError(f"{shown}/v1/models did not return JSON; pass --model") from None
+    if not isinstance(data, dict):
+        raise EndpointError(f"{shown}/v1/models did not return a model list; pass --model")
+    return data
