@@ -2,7 +2,11 @@
 
 All times are ``time.perf_counter()`` seconds on the measuring process (CLOCK_MONOTONIC on Linux, so
 comparable with the simulator's trace on the same host). Metrics are computed from these raw values
-(see ``llmload.metrics``), never from Locust's rounded histograms.
+(see ``llmload.metrics``), never from Locust's rounded histograms; the latency properties below are the
+definitions of :mod:`llmload.metrics.definitions`.
+
+Records files written before a field existed stay readable: :meth:`RequestRecord.from_dict` gives a missing
+key its default (``user_class`` ``""``) and ignores keys it does not know.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 from array import array
 from dataclasses import dataclass, field, fields
 from typing import Any
+
+from llmload.metrics import definitions as _metric
 
 
 @dataclass(slots=True)
@@ -55,34 +61,19 @@ class RequestRecord:
     #: conversation / turn index for multi-turn replay
     conversation_id: str = ""
     turn: int = 0
+    #: the workload this request belongs to (the Locust user class's name); ``by_class`` metrics need two
+    user_class: str = ""
 
     @property
     def end(self) -> float | None:
-        return self.chunk_times[-1] if self.chunk_times else None
+        """Arrival of the last counted event (the end of E2EL); None when none arrived."""
+        return self.chunk_times[-1] if len(self.chunk_times) else None
 
-    @property
-    def ttft(self) -> float | None:
-        return None if self.first_token is None else self.first_token - self.start
-
-    @property
-    def e2el(self) -> float | None:
-        end = self.end
-        return None if end is None else end - self.start
-
-    @property
-    def itls(self) -> list[float]:
-        t = self.chunk_times
-        return [t[i] - t[i - 1] for i in range(1, len(t))]
-
-    @property
-    def schedule_lag(self) -> float | None:
-        if self.intended_send is None or self.dispatched_at is None:
-            return None
-        return max(0.0, self.dispatched_at - self.intended_send)
-
-    @property
-    def queue_time(self) -> float | None:
-        return None if self.intended_send is None else self.start - self.intended_send
+    ttft = property(_metric.ttft_s)
+    e2el = property(_metric.e2el_s)
+    itls = property(_metric.itls_s)
+    schedule_lag = property(_metric.schedule_lag_s)
+    queue_time = property(_metric.queue_time_s)
 
     def compact(self) -> None:
         """Hold the chunk times and token counts as C arrays: 8 and 4 bytes an item instead of ~32 and 8 in a
@@ -102,6 +93,7 @@ class RequestRecord:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
+        """The record :meth:`to_dict` wrote; keys it lacks take their defaults, unknown keys are ignored."""
         names = cls.__dataclass_fields__
         return cls(**{k: v for k, v in data.items() if k in names})
 

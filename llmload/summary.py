@@ -2,7 +2,9 @@
 
 Layout (as vLLM): a heading centred in 50 ``=`` (``"{s:{c}^{n}}"``), one ``"{:<40} {:<10}"`` line per integer
 and ``"{:<40} {:<10.2f}"`` per float, a section per selected metric headed by its title centred in 50 ``-``
-(Mean, Median, then one line per percentile), closed by 50 ``=``. llmload's block follows in the same style.
+(Mean, Median, then one line per percentile), closed by 50 ``=``. llmload's block follows in the same style,
+then, for a run with more than one user class, one section per class (after everything else, so the lines
+above never move).
 """
 
 from __future__ import annotations
@@ -183,6 +185,35 @@ def _health_lines(health: dict[str, Any]) -> list[str]:
     return lines
 
 
+def format_class_block(metrics: BenchmarkMetrics) -> str:
+    """Per user class (``metrics.by_class``): requests, tokens, throughput, goodput and the selected metrics'
+    mean, median and percentiles over that class's requests; empty for a run with one class."""
+    if not metrics.by_class:
+        return ""
+    lines = [heading(" By user class ")]
+    for user_class, m in metrics.by_class.items():
+        lines.append(heading(user_class or "(no class)", "-"))
+        lines += [
+            int_line("Successful requests:", m.completed),
+            int_line("Failed requests:", m.failed),
+            int_line("Cut off by end of run:", m.cut_off),
+            int_line("Total input tokens:", m.total_input),
+            int_line("Total generated tokens:", m.total_output),
+            float_line("Request throughput (req/s):", m.request_throughput),
+        ]
+        if m.request_goodput is not None:
+            lines.append(float_line("Request goodput (req/s):", m.request_goodput))
+        lines += [
+            float_line("Output token throughput (tok/s):", m.output_throughput),
+            float_line("Total Token throughput (tok/s):", m.total_token_throughput),
+        ]
+        for key in METRIC_NAMES:
+            if key in m.selected_metrics:
+                lines += _distribution_lines(getattr(m, key), _SECTIONS[key][0])
+    lines.append("=" * WIDTH)
+    return "\n".join(lines)
+
+
 def format_summary(
     metrics: BenchmarkMetrics,
     *,
@@ -192,16 +223,16 @@ def format_summary(
     max_concurrency: int | None = None,
     client_health: dict[str, Any] | None = None,
 ) -> str:
-    """vLLM's block followed by llmload's block (no trailing newline)."""
-    return "\n".join(
-        [
-            format_vllm_block(metrics, max_concurrency=max_concurrency),
-            format_llmload_block(
-                metrics,
-                backend_label=backend_label,
-                request_rate=request_rate,
-                burstiness=burstiness,
-                client_health=client_health,
-            ),
-        ]
-    )
+    """vLLM's block, llmload's block, then the per-class block when there is one (no trailing newline)."""
+    blocks = [
+        format_vllm_block(metrics, max_concurrency=max_concurrency),
+        format_llmload_block(
+            metrics,
+            backend_label=backend_label,
+            request_rate=request_rate,
+            burstiness=burstiness,
+            client_health=client_health,
+        ),
+    ]
+    by_class = format_class_block(metrics)
+    return "\n".join([*blocks, by_class] if by_class else blocks)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from llmload.metrics import linear_percentiles
 from llmload.report.stats import RunStats
 
 STALL_RATIO = 3.0
@@ -68,7 +69,7 @@ def first_itl_stall(s: RunStats) -> Finding | None:
     return Finding(
         "first_itl_stall", s.run.label, "first-ITL stall (the 2nd token waits)",
         f"median ITL₁ {_ms(m1)} vs {_ms(ml)} for later ITLs ({m1 / ml:.1f}x); per request, ITL₁ is a median "
-        f"{per:.1f}x the next ITLs; p99 ITL₁ {_ms(float(np.percentile(itl1, 99)))}{extra}. "
+        f"{per:.1f}x the next ITLs; p99 ITL₁ {_ms(linear_percentiles(itl1, (99.0,))[0])}{extra}. "
         "Compare TPOT excl. 1st ITL across engines.",
     )
 
@@ -111,7 +112,7 @@ def ttft_tail(s: RunStats) -> Finding | None:
     t = s.ttft
     if len(t) < 5:
         return None
-    med, p99 = float(np.median(t)), float(np.percentile(t, 99))
+    med, p99 = linear_percentiles(t, (50.0, 99.0))
     if med <= 0 or p99 <= TTFT_TAIL_RATIO * med:
         return None
     share = float(np.mean(t > 2 * med)) * 100

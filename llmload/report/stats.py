@@ -1,18 +1,28 @@
 """Per-request values and summary metrics of one :class:`Run`, recomputed from its records.
 
-Every number in a report comes from here: the latency lists (seconds, completed requests only, as
-``llmload.metrics``) and :func:`llmload.metrics.compute_metrics` over the records, so a report agrees with
-``llmload bench``'s summary and with anything recomputed from the records file.
+Every number in a report comes from here: the latency lists (seconds, from the definitions in
+:mod:`llmload.metrics.definitions`, over the requests each applies to) and
+:func:`llmload.metrics.compute_metrics` over the records, so a report agrees with ``llmload bench``'s summary
+and with anything recomputed from the records file.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
-from llmload.metrics import BenchmarkMetrics, compute_metrics, is_completed, tpot_s, tpot_steady_s
+from llmload.metrics import (
+    METRICS,
+    SENT,
+    BenchmarkMetrics,
+    compute_metrics,
+    input_tokens,
+    is_completed,
+    itls_s,
+)
 from llmload.records import RequestRecord
 from llmload.report.loader import Run
 
@@ -20,8 +30,9 @@ from llmload.report.loader import Run
 @dataclass
 class RunStats:
     run: Run
-    #: recompute goodput with these SLOs (ms) instead of the run's own
-    goodput_slos: dict[str, float] | None = None
+    #: recompute goodput with these SLOs (ms, :func:`llmload.metrics.parse_goodput`'s structure) instead of
+    #: the run's own
+    goodput_slos: dict[str, Any] | None = None
 
     @cached_property
     def done(self) -> list[RequestRecord]:
@@ -34,46 +45,56 @@ class RunStats:
             selected_percentiles=self.run.percentiles, selected_metrics=("ttft", "tpot", "itl", "e2el"),
         )
 
-    def _arr(self, values) -> np.ndarray:
-        return np.asarray([v for v in values if v is not None], dtype=float)
+    def values(self, key: str) -> np.ndarray:
+        """Metric ``key`` of :data:`llmload.metrics.METRICS` (seconds) over the requests it applies to;
+        pooled metrics (ITL) one value per gap."""
+        metric = METRICS[key]
+        records = self.run.records if metric.applies_to == SENT else self.done
+        if metric.pooled:
+            parts = [metric.value(r) for r in records]
+            return np.concatenate(parts) if parts else np.zeros(0)
+        return np.asarray([v for r in records if (v := metric.value(r)) is not None], dtype=float)
 
     @cached_property
     def ttft(self) -> np.ndarray:
-        return self._arr(r.ttft for r in self.done)
+        return self.values("ttft")
 
     @cached_property
     def e2el(self) -> np.ndarray:
-        return self._arr(r.e2el for r in self.done)
+        return self.values("e2el")
 
     @cached_property
     def tpot(self) -> np.ndarray:
-        return self._arr(tpot_s(r) for r in self.done)
+        return self.values("tpot")
 
     @cached_property
     def tpot_steady(self) -> np.ndarray:
-        return self._arr(tpot_steady_s(r) for r in self.done)
+        return self.values("tpot_steady")
 
     @cached_property
     def itl(self) -> np.ndarray:
-        return np.asarray([g for r in self.done for g in r.itls], dtype=float)
+        return self.values("itl")
+
+    @cached_property
+    def _itls(self) -> list[list[float]]:
+        return [itls_s(r) for r in self.done]
 
     @cached_property
     def itl1(self) -> np.ndarray:
         """ITL₁: the gap between the first and the second counted event, one per request that has it."""
-        return np.asarray([r.chunk_times[1] - r.chunk_times[0] for r in self.done if len(r.chunk_times) > 1])
+        return np.asarray([gaps[0] for gaps in self._itls if gaps], dtype=float)
 
     @cached_property
     def itl_later(self) -> np.ndarray:
         """Every ITL after the first, pooled."""
-        return np.asarray([g for r in self.done for g in r.itls[1:]], dtype=float)
+        return np.asarray([g for gaps in self._itls for g in gaps[1:]], dtype=float)
 
     @cached_property
     def itl1_vs_next(self) -> np.ndarray:
         """Per request: ITL₁ / median(ITL₂..ITL₄) (the gaps right after it), for requests with at least 3 ITLs
         and a non-zero median."""
         out = []
-        for r in self.done:
-            gaps = r.itls
+        for gaps in self._itls:
             if len(gaps) >= 3:
                 nxt = float(np.median(gaps[1:4]))
                 if nxt > 0:
@@ -82,8 +103,7 @@ class RunStats:
 
     @cached_property
     def input_lens(self) -> np.ndarray:
-        from llmload.metrics import input_tokens
-
+        """Prompt lengths of the completed requests (the dataset's, as ``total_input_tokens``)."""
         return np.asarray([input_tokens(r) for r in self.done], dtype=float)
 
     @cached_property

@@ -21,6 +21,7 @@ from time import monotonic
 
 import orjson
 
+from llmload.metrics.percentiles import rank_bucket
 from llmload.sim.config import SimConfig
 from llmload.sim.engine import BatchEngine, Seq
 from llmload.sim.faults import Fault, FaultPicker
@@ -569,15 +570,9 @@ class SimServer:
         total = sum(counts)
 
         def pct(p: float) -> float:
-            if not total:
-                return 0.0
-            target = p / 100.0 * total
-            seen = 0
-            for i, c in enumerate(counts):
-                seen += c
-                if seen >= target:
-                    return i * 10.0
-            return 100_000.0
+            """The lateness percentile in µs: the bucket :func:`rank_bucket` picks (10 µs each)."""
+            k = rank_bucket(counts, p)
+            return 0.0 if k is None else k * 10.0
 
         engine = self.engine
         return {

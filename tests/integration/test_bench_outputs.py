@@ -137,7 +137,8 @@ def recompute(records: list[dict], duration: float, percentiles: list[float],
     itls = [float(g) for r in done for g in np.diff(r["chunk_times"])]
     tpots = [(r["chunk_times"][-1] - r["first_token"]) / (r["output_tokens"] - 1) for r in done
              if r["output_tokens"] > 1]
-    total_in = sum(r["prompt_len"] if r["server_prompt_tokens"] is None else r["server_prompt_tokens"] for r in done)
+    # vLLM's total_input_tokens: the client-side (dataset) prompt lengths, whatever the server's usage says
+    total_in = sum(r["prompt_len"] for r in done)
     total_out = sum(r["output_tokens"] for r in done)
     out: dict[str, float] = {
         "completed": len(done),
@@ -321,6 +322,13 @@ def test_json_values_recomputed_from_records(main_run) -> None:
     want.pop("_good")  # how many met the SLOs: any number is fine here
     for key, value in want.items():
         assert data[key] == pytest.approx(value, rel=1e-9, abs=1e-9), key
+    # the server's own prompt-token count sits beside vLLM's (the dataset's), with their difference
+    server = [r["prompt_len"] if r["server_prompt_tokens"] is None else r["server_prompt_tokens"] for r in records]
+    if any(r["server_prompt_tokens"] is not None for r in records):
+        assert data["total_input_tokens_server"] == sum(server)
+        assert data["prompt_tokens_server_minus_dataset"] == sum(server) - data["total_input_tokens"]
+    else:
+        assert data["total_input_tokens_server"] is None
 
 
 def test_json_defaults_recomputed_from_records(default_run) -> None:
@@ -341,8 +349,7 @@ def test_detailed_lists_match_records(main_run) -> None:
         assert len(data[key]) == n, key
     assert sum(data["output_lens"]) == data["total_output_tokens"]
     assert sorted(data["output_lens"]) == sorted(r["output_tokens"] for r in records)
-    assert sorted(data["input_lens"]) == sorted(
-        r["prompt_len"] if r["server_prompt_tokens"] is None else r["server_prompt_tokens"] for r in records)
+    assert sorted(data["input_lens"]) == sorted(r["prompt_len"] for r in records)  # the dataset's, as vLLM
     assert sorted(data["ttfts"]) == pytest.approx(sorted(r["first_token"] - r["start"] for r in records))
     pooled = sorted(g for itls in data["itls"] for g in itls)
     assert pooled == pytest.approx(sorted(float(g) for r in records for g in np.diff(r["chunk_times"])))

@@ -1,0 +1,52 @@
+"""Benchmark metrics from raw :class:`RequestRecord` values, with vLLM's ``benchmark_serving`` semantics.
+
+    definitions   every per-request metric, once: name, unit, which requests, formula (TTFT, ITL, TPOT, ...)
+    accumulator   MetricsAccumulator: records in one at a time; final BenchmarkMetrics and live numbers out
+    compute       compute_metrics (a MetricsAccumulator over a list), detailed_lists, failure_counts
+    result        Distribution, BenchmarkMetrics and the result JSON's keys
+    slos          parse_goodput, the one SLO parser (run-wide and per user class)
+    percentiles   the one percentile rule over raw values and over bucket counts
+    histogram     LogHistogram, the mergeable histogram of the live paths
+    peaks         vLLM's max_output_tokens_per_s and max_concurrent_requests
+
+Statistics: numpy mean, median, population std, ``np.percentile`` (linear); an empty list gives 0.
+
+Names load on first use: the simulator imports :mod:`llmload.metrics.percentiles` and runs without numpy, and
+:mod:`llmload.records` takes its properties from :mod:`llmload.metrics.definitions`.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "accumulator": ("MetricsAccumulator", "LIVE_PERCENTILES"),
+    "compute": ("compute_metrics", "detailed_lists", "failure_counts"),
+    "definitions": (
+        "METRICS", "Metric", "GOODPUT_METRICS", "COMPLETED", "SENT", "is_completed", "is_good", "ttft_s",
+        "itl_array", "itls_s", "tpot_s", "tpot_steady_s", "e2el_s", "queue_time_s", "schedule_lag_s",
+        "input_tokens", "server_input_tokens", "output_tokens", "goodput_value_s", "meets_slo", "GOODPUT_MISSING",
+    ),
+    "histogram": ("LogHistogram",),
+    "peaks": ("peak_per_second", "token_times"),
+    "percentiles": ("linear_percentiles", "rank_bucket"),
+    "result": ("BenchmarkMetrics", "Distribution", "METRIC_NAMES", "TTFT_RULES", "DETAILED_KEYS",
+               "percentile_label"),
+    "slos": ("parse_goodput", "split_slos", "check_slos", "form_items"),
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+
+__all__ = sorted(_WHERE)
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'llmload.metrics' has no attribute {name!r}")
+    value = getattr(import_module(f"llmload.metrics.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

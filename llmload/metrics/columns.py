@@ -1,0 +1,162 @@
+"""What :class:`llmload.metrics.MetricsAccumulator` keeps per set of requests (one set per user class): counters
+(:class:`Tally`) and value columns (:class:`Values`), both filled one record at a time from the definitions in
+:mod:`llmload.metrics.definitions`."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from llmload.failures import kind_of
+from llmload.metrics.definitions import (
+    GOODPUT_MISSING,
+    METRICS,
+    SENT,
+    input_tokens,
+    meets_slo,
+    server_input_tokens,
+)
+from llmload.metrics.histogram import LogHistogram
+
+if TYPE_CHECKING:
+    from llmload.records import RequestRecord
+
+#: latency metrics taken from completed requests, one value each (aligned: NaN where it does not apply)
+ALIGNED = tuple(k for k, m in METRICS.items() if m.applies_to != SENT and not m.pooled)
+#: latency metrics taken from every request sent, where they exist
+SENT_KEYS = tuple(k for k, m in METRICS.items() if m.applies_to == SENT)
+
+
+class Column:
+    """A float column grown in chunks (append is O(1), reading concatenates once)."""
+
+    def __init__(self) -> None:
+        self._parts: list[np.ndarray] = []
+        self._pending: list[float] = []
+        self.size = 0
+
+    def append(self, value: float) -> None:
+        self._pending.append(value)
+        self.size += 1
+
+    def extend(self, values: np.ndarray) -> None:
+        self._flush()
+        self._parts.append(values)
+        self.size += int(values.size)
+
+    def _flush(self) -> None:
+        if self._pending:
+            self._parts.append(np.asarray(self._pending, dtype=float))
+            self._pending = []
+
+    def array(self) -> np.ndarray:
+        self._flush()
+        if len(self._parts) > 1:
+            self._parts = [np.concatenate(self._parts)]
+        return self._parts[0] if self._parts else np.zeros(0)
+
+
+class Pool:
+    """Pooled values (ITLs): exact, until :meth:`to_histogram` trades them for a :class:`LogHistogram`."""
+
+    def __init__(self) -> None:
+        self.exact: Column | None = Column()
+        self.hist: LogHistogram | None = None
+
+    @property
+    def size(self) -> int:
+        return self.exact.size if self.exact is not None else 0
+
+    def extend(self, values: np.ndarray) -> None:
+        if self.exact is not None:
+            self.exact.extend(values)
+        else:
+            assert self.hist is not None
+            self.hist.add(values)
+
+    def to_histogram(self) -> None:
+        if self.exact is not None:
+            self.hist, self.exact = LogHistogram.of(self.exact.array()), None
+
+
+class Tally:
+    """Counters over one set of requests: outcomes, tokens, where counts came from, failures by kind."""
+
+    def __init__(self) -> None:
+        self.records = self.completed = self.failed = self.cut_off = 0
+        self.total_input = self.total_input_server = self.total_output = 0
+        self.server_reported = self.prompt_mismatch = self.prompt_diff = 0
+        self.sources: Counter[str] = Counter()
+        self.failures: Counter[str] = Counter()
+        self.examples: dict[str, str] = {}
+
+    def add(self, r: RequestRecord, completed: bool) -> None:
+        self.records += 1
+        if not completed:
+            if r.cut_off:
+                self.cut_off += 1
+            else:
+                self.failed += 1
+            kind = kind_of(r)
+            self.failures[kind] += 1
+            self.examples.setdefault(kind, r.error)
+            return
+        self.completed += 1
+        self.total_output += r.output_tokens
+        self.total_input += input_tokens(r)
+        server = server_input_tokens(r)
+        self.total_input_server += server
+        self.server_reported += r.server_prompt_tokens is not None
+        if server != r.prompt_len:
+            self.prompt_mismatch += 1
+            self.prompt_diff += server - r.prompt_len
+        self.sources[r.output_tokens_source] += 1
+
+    def failure_counts(self) -> tuple[dict[str, int], dict[str, str]]:
+        """``(count per kind, first message per kind)``, most frequent first (ties by name)."""
+        order = sorted(self.failures, key=lambda k: (-self.failures[k], k))
+        return {k: self.failures[k] for k in order}, {k: self.examples[k] for k in order}
+
+
+class Values:
+    """The latency values of one set of requests, in seconds, in the order the records came."""
+
+    def __init__(self) -> None:
+        self.aligned = {k: Column() for k in ALIGNED}
+        self.sent = {k: Column() for k in SENT_KEYS}
+        self.itl = Pool()
+
+    def add(self, r: RequestRecord, completed: bool) -> None:
+        for key, column in self.sent.items():
+            if (value := METRICS[key].value(r)) is not None:
+                column.append(value)
+        if not completed:
+            return
+        for key, column in self.aligned.items():
+            value = METRICS[key].value(r)
+            column.append(math.nan if value is None else float(value))
+        if len(r.chunk_times) > 1:
+            self.itl.extend(METRICS["itl"].value(r))
+
+    def good(self, slos_ms: Mapping[str, float]) -> int:
+        """Completed requests meeting every SLO: :func:`~llmload.metrics.definitions.is_good` over the columns
+        at once (NaN, a missing value, takes :data:`GOODPUT_MISSING`'s stand-in or fails)."""
+        good = np.ones(self.aligned["ttft"].size, dtype=bool)
+        for name, slo in slos_ms.items():
+            values = self.aligned[name].array()
+            if name in GOODPUT_MISSING:
+                values = np.nan_to_num(values, nan=GOODPUT_MISSING[name])
+            with np.errstate(invalid="ignore"):
+                good &= meets_slo(values, slo)
+        return int(good.sum())
+
+
+def joined(columns: Sequence[Column], *, finite: bool = False) -> np.ndarray:
+    """The columns' values one after the other (NaN left out with ``finite``); no copy for a single column."""
+    arrays = [c.array() for c in columns]
+    arr = arrays[0] if len(arrays) == 1 else (np.concatenate(arrays) if arrays else np.zeros(0))
+    return arr[~np.isnan(arr)] if finite else arr

@@ -1,0 +1,72 @@
+"""``compute_metrics`` and vLLM's ``--save-detailed`` lists, over a list of records.
+
+Every request sent is counted once: ``sent = completed + failed + cut_off``, and ``failures_by_kind`` (kinds of
+:mod:`llmload.failures`, cut-off ones as ``cut_off``) adds up to ``failed + cut_off``. Failed and cut-off
+requests count 0 output tokens and no input tokens, and are left out of every latency list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from llmload.metrics.accumulator import MetricsAccumulator
+from llmload.metrics.columns import Tally
+from llmload.metrics.definitions import input_tokens, is_completed, itls_s, output_tokens, ttft_s
+from llmload.metrics.result import BenchmarkMetrics
+
+if TYPE_CHECKING:
+    from llmload.records import RequestRecord
+
+
+def compute_metrics(
+    records: Sequence[RequestRecord],
+    duration_s: float,
+    *,
+    goodput_slos: Mapping[str, Any] | None = None,
+    class_slos: Mapping[str, Mapping[str, float]] | None = None,
+    selected_percentiles: Sequence[float] = (99.0,),
+    selected_metrics: Sequence[str] = ("ttft", "tpot", "itl"),
+    ttft_rule: str = "content",
+    schedule_lags_s: Sequence[float] | None = None,
+    late_send_threshold_ms: float = 10.0,
+) -> BenchmarkMetrics:
+    """Every reported metric from raw records: :meth:`MetricsAccumulator.result` over them (formulas in
+    :mod:`llmload.metrics.accumulator` and :mod:`llmload.metrics.definitions`).
+
+    ``goodput_slos``: ``{metric: ms}`` (vLLM's ``--goodput``), or :func:`llmload.metrics.parse_goodput`'s
+    structure with per-class entries; ``class_slos``: ``{user_class: {metric: ms}}``, replacing the run-wide
+    SLOs for that class's requests. ``schedule_lags_s``: how late the dispatcher fired each open-loop send;
+    defaults to the records' queue times (the same thing when no concurrency limit holds requests back).
+    """
+    acc = MetricsAccumulator()
+    acc.extend(records)
+    return acc.result(duration_s, goodput_slos=goodput_slos, class_slos=class_slos,
+                      selected_percentiles=selected_percentiles, selected_metrics=selected_metrics,
+                      ttft_rule=ttft_rule, schedule_lags_s=schedule_lags_s,
+                      late_send_threshold_ms=late_send_threshold_ms)
+
+
+def failure_counts(records: Sequence[RequestRecord]) -> tuple[dict[str, int], dict[str, str]]:
+    """``(count per kind, first message per kind)`` over the records that did not complete, most frequent first
+    (ties by name)."""
+    tally = Tally()
+    for r in records:
+        tally.add(r, is_completed(r))
+    return tally.failure_counts()
+
+
+def detailed_lists(records: Sequence[RequestRecord], metrics: BenchmarkMetrics | None = None) -> dict[str, list]:
+    """vLLM's ``--save-detailed`` lists, one entry per request in input order (times in seconds; ``input_lens``
+    the dataset's prompt lengths, as vLLM; ``ttfts`` is 0.0 where no first token arrived, as vLLM's default)."""
+    output_lens = metrics.output_lens if metrics is not None else None
+    if output_lens is None or len(output_lens) != len(records):
+        output_lens = [output_tokens(r) for r in records]
+    return {
+        "input_lens": [input_tokens(r) for r in records],
+        "output_lens": list(output_lens),
+        "ttfts": [t if (t := ttft_s(r)) is not None else 0.0 for r in records],
+        "itls": [itls_s(r) for r in records],
+        "generated_texts": [r.generated_text for r in records],
+        "errors": [r.error for r in records],
+    }

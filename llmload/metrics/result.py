@@ -1,0 +1,176 @@
+"""The computed numbers of one run: :class:`Distribution` per latency list and :class:`BenchmarkMetrics`, with the
+result JSON's keys in vLLM's order followed by llmload's own (``to_result_dict``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from llmload.metrics.percentiles import linear_percentiles
+
+#: vLLM's ``--percentile-metrics`` names, in the order vLLM reports them
+METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
+TTFT_RULES = ("content", "vllm")
+#: the ``--save-detailed`` lists, as vLLM names them
+DETAILED_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors")
+#: keys of the top level that describe the whole run, so ``by_class`` entries leave them out
+RUN_WIDE_KEYS = frozenset({"duration", "ttft_rule", "late_sends", "late_send_threshold_ms"})
+
+
+def percentile_label(p: float) -> str:
+    """vLLM's percentile word: 99.0 -> "99", 99.9 -> "99.9"."""
+    return str(int(p)) if int(p) == p else str(p)
+
+
+@dataclass(frozen=True, slots=True)
+class Distribution:
+    """Summary statistics of one latency list, in milliseconds."""
+
+    count: int
+    mean_ms: float
+    median_ms: float
+    std_ms: float
+    max_ms: float
+    percentiles_ms: tuple[tuple[float, float], ...]
+
+    @classmethod
+    def of(cls, values_s: Sequence[float] | np.ndarray, percentiles: Sequence[float]) -> Distribution:
+        """numpy mean, median, population std, max and :func:`linear_percentiles` of ``values_s`` (seconds);
+        an empty list gives zeros, as vLLM's ``np.mean(x or 0)``."""
+        arr = np.asarray(values_s, dtype=float) * 1000.0 if len(values_s) else np.zeros(1)
+        pcts = linear_percentiles(arr, percentiles)
+        return cls(
+            count=len(values_s),
+            mean_ms=float(np.mean(arr)),
+            median_ms=float(np.median(arr)),
+            std_ms=float(np.std(arr)),
+            max_ms=float(np.max(arr)),
+            percentiles_ms=tuple((float(p), v) for p, v in zip(percentiles, pcts, strict=True)),
+        )
+
+    def keys(self, name: str, *, with_max: bool = False) -> dict[str, float]:
+        """Result keys in vLLM's order: ``mean_``, ``median_``, ``std_``, ``p{p}_{name}_ms`` (+ ``max_``)."""
+        out = {
+            f"mean_{name}_ms": self.mean_ms,
+            f"median_{name}_ms": self.median_ms,
+            f"std_{name}_ms": self.std_ms,
+        }
+        for p, value in self.percentiles_ms:
+            out[f"p{percentile_label(p)}_{name}_ms"] = value
+        if with_max:
+            out[f"max_{name}_ms"] = self.max_ms
+        return out
+
+
+@dataclass(slots=True)
+class BenchmarkMetrics:
+    """Everything the summary block and the result JSON report (formulas: :mod:`llmload.metrics`)."""
+
+    duration: float
+    completed: int
+    failed: int
+    cut_off: int
+    total_requests: int
+    #: sum of the dataset's prompt lengths over completed requests (vLLM's ``total_input_tokens``)
+    total_input: int
+    total_output: int
+    request_throughput: float
+    #: None when no ``--goodput`` SLOs were given (vLLM writes null then)
+    request_goodput: float | None
+    output_throughput: float
+    total_token_throughput: float
+    max_output_tokens_per_s: float
+    max_concurrent_requests: int
+    ttft: Distribution
+    tpot: Distribution
+    itl: Distribution
+    e2el: Distribution
+    tpot_steady: Distribution
+    queue_time: Distribution
+    schedule_lag: Distribution
+    late_sends: int
+    late_send_threshold_ms: float
+    selected_metrics: tuple[str, ...]
+    selected_percentiles: tuple[float, ...]
+    goodput_slos: dict[str, float] | None
+    ttft_rule: str
+    output_tokens_source: dict[str, int]
+    prompt_tokens_mismatch: int
+    prompt_tokens_server_minus_dataset: int
+    #: the server's ``usage.prompt_tokens`` summed over completed requests (the dataset's length where a
+    #: request had none); None when no completed request carried it
+    total_input_server: int | None = None
+    #: per record, in input order: counted output tokens (0 unless completed), as vLLM's ``actual_output_lens``
+    output_lens: list[int] = field(default_factory=list)
+    #: failed and cut-off requests by kind (:data:`llmload.failures.KINDS`), most frequent first
+    failures_by_kind: dict[str, int] = field(default_factory=dict)
+    #: one error message per kind in ``failures_by_kind`` (the first one seen)
+    failure_examples: dict[str, str] = field(default_factory=dict)
+    #: SLOs (ms) of the user classes that have their own; they replace ``goodput_slos`` for that class
+    class_slos: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: user class -> that class's metrics; empty unless the records carry more than one class
+    by_class: dict[str, BenchmarkMetrics] = field(default_factory=dict)
+
+    @property
+    def sent(self) -> int:
+        """Requests sent (or due and cut off): completed + failed + cut off."""
+        return self.completed + self.failed + self.cut_off
+
+    def slos_ms(self) -> dict[str, Any] | None:
+        """The SLOs as ``--goodput`` gave them: run-wide ``{metric: ms}``, plus ``{class: {metric: ms}}``."""
+        slos: dict[str, Any] = dict(self.goodput_slos or {})
+        slos.update({c: dict(s) for c, s in self.class_slos.items()})
+        return slos or None
+
+    def to_result_dict(self) -> dict[str, Any]:
+        """The result JSON: vLLM's keys first (selected metrics only), then llmload's own keys, then
+        ``by_class`` when the run had more than one user class."""
+        result: dict[str, Any] = {
+            "duration": self.duration,
+            "completed": self.completed,
+            "total_input_tokens": self.total_input,
+            "total_output_tokens": self.total_output,
+            "request_throughput": self.request_throughput,
+            "request_goodput": self.request_goodput,
+            "output_throughput": self.output_throughput,
+            "total_token_throughput": self.total_token_throughput,
+            "max_output_tokens_per_s": self.max_output_tokens_per_s,
+            "max_concurrent_requests": self.max_concurrent_requests,
+        }
+        for name in METRIC_NAMES:
+            if name in self.selected_metrics:
+                result.update(getattr(self, name).keys(name))
+        result.update(self._own_keys())
+        result.update(self.tpot_steady.keys("tpot_steady"))
+        result.update(self.queue_time.keys("queue_time", with_max=True))
+        result.update(self.schedule_lag.keys("schedule_lag", with_max=True))
+        result["late_sends"] = self.late_sends
+        result["late_send_threshold_ms"] = self.late_send_threshold_ms
+        if self.by_class:
+            result["by_class"] = {c: m.class_result_dict() for c, m in self.by_class.items()}
+        return result
+
+    def _own_keys(self) -> dict[str, Any]:
+        return {
+            "failed": self.failed,
+            "cut_off": self.cut_off,
+            "total_requests": self.total_requests,
+            "sent": self.sent,
+            "failures_by_kind": dict(self.failures_by_kind),
+            "failure_examples": dict(self.failure_examples),
+            "ttft_rule": self.ttft_rule,
+            "output_tokens_source": dict(self.output_tokens_source),
+            "prompt_tokens_mismatch": self.prompt_tokens_mismatch,
+            "prompt_tokens_server_minus_dataset": self.prompt_tokens_server_minus_dataset,
+            "total_input_tokens_server": self.total_input_server,
+            "goodput_slos_ms": self.slos_ms(),
+        }
+
+    def class_result_dict(self) -> dict[str, Any]:
+        """One ``by_class`` entry: the top level's per-request keys over this class's requests (the run's
+        duration; schedule lag and the TTFT rule belong to the whole run and are left out)."""
+        return {k: v for k, v in self.to_result_dict().items()
+                if k not in RUN_WIDE_KEYS and not k.endswith("_schedule_lag_ms")}
