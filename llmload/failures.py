@@ -49,7 +49,7 @@ KINDS = (
     HTTP_5XX, HTTP_429, HTTP_4XX, CONNECT, READ_TIMEOUT, REQUEST_TIMEOUT, DISCONNECT, MALFORMED_EVENT,
     MALFORMED_HTTP, ERROR_EVENT, NOT_STREAMED, EMPTY_STREAM, CUT_OFF, CLIENT_ERROR,
 )
-#: what :attr:`llmload.transport.HTTPError.kind` may say
+#: what :attr:`llmload.transport.TransportError.kind` may say
 TRANSPORT_KINDS = frozenset((CONNECT, READ_TIMEOUT, REQUEST_TIMEOUT, DISCONNECT, MALFORMED_HTTP, CLIENT_ERROR))
 
 #: the message of a non-streamed answer to a streaming request
@@ -67,35 +67,29 @@ def http_kind(status: int) -> str:
     return HTTP_4XX
 
 
+#: raw socket errors of opening a connection (also as the ``__cause__`` of another exception)
 _CONNECT_ERRORS = (ConnectionRefusedError, socket.gaierror, socket.herror)
 _EXCEPTION = re.compile(r"[A-Z]\w*(Error|Exception): ")
+#: how old records said a framing error (:func:`infer_kind` has only the recorded message)
 _MALFORMED_HTTP_WORDS = ("malformed status line", "malformed chunk", "bad content-length", "headers larger")
 
 
 def transport_kind(exc: BaseException) -> str:
-    """The kind of a transport failure.
+    """The kind of a transport failure, from the exception's type (never its message).
 
-    The transport says it in ``exc.kind``; without it (older transports, or a raw socket error) it is inferred:
-    a raw ``OSError`` (not wrapped in ``HTTPError``) comes from opening the connection, "timed out" is a read
-    timeout, a framing complaint is ``malformed_http``, anything else broke the connection (``disconnect``).
+    A :class:`llmload.transport.TransportError` says it in ``kind`` (which follows from its type). Without one
+    (an older transport): a refused connection or an unresolved name, also as the ``__cause__``, is
+    ``connect``, and so is any other raw ``OSError`` that carries no partial ``response`` (only opening a
+    connection let those through unwrapped); anything else broke the connection (``disconnect``).
     """
-    kind = getattr(exc, "kind", None)
-    if kind in TRANSPORT_KINDS:
-        return kind
-    cause = exc.__cause__
-    if isinstance(exc, _CONNECT_ERRORS) or isinstance(cause, _CONNECT_ERRORS):
+    from llmload.transport.errors import TransportError  # lazily: importing the transport imports ssl
+
+    if isinstance(exc, TransportError):
+        return exc.kind
+    if isinstance(exc, _CONNECT_ERRORS) or isinstance(exc.__cause__, _CONNECT_ERRORS):
         return CONNECT
     if isinstance(exc, OSError) and not hasattr(exc, "response"):
-        return CONNECT  # Pool.request lets only connection set-up errors through unwrapped
-    message = str(exc).lower()
-    if "connectionrefused" in message or "connection refused" in message:
         return CONNECT
-    if "request took longer" in message or "request timeout" in message:
-        return REQUEST_TIMEOUT
-    if isinstance(exc, TimeoutError) or "timed out" in message:
-        return READ_TIMEOUT
-    if any(word in message for word in _MALFORMED_HTTP_WORDS):
-        return MALFORMED_HTTP
     return DISCONNECT
 
 

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from llmload import failures
+from llmload import failures, transport
 from llmload.backends import get_backend
 from llmload.failures import (
     KINDS,
@@ -42,38 +42,51 @@ def test_http_kind(status, kind):
     assert classify(status=status) == kind
 
 
-def _legacy(exc: HTTPError) -> HTTPError:
-    """The same exception as a transport without ``HTTPError.kind`` raises it."""
-    exc.__dict__.pop("kind", None)
-    return exc
+ERROR_KINDS = [
+    (transport.ConnectError, "connect"), (transport.ConnectTimeout, "connect"),
+    (transport.ReadTimeout, "read_timeout"), (transport.RequestTimeout, "request_timeout"),
+    (transport.ClosedBeforeResponse, "disconnect"), (transport.ClosedMidStream, "disconnect"),
+    (transport.ProtocolError, "malformed_http"), (transport.ListenerError, "client_error"),
+    (transport.TransportError, "disconnect"),
+]
 
 
-@pytest.mark.parametrize("kind", sorted(failures.TRANSPORT_KINDS))
-def test_transport_kind_comes_from_the_exception(kind):
-    exc = HTTPError("anything at all")
-    exc.kind = kind
+@pytest.mark.parametrize(("cls", "kind"), ERROR_KINDS)
+def test_transport_kind_comes_from_the_type(cls, kind):
+    # the message is ignored: only the type decides
+    exc = cls("connection refused: timed out, malformed status line")
+    assert exc.kind == kind
     assert transport_kind(exc) == kind
     assert classify(exc=exc, status=200) == kind
+    assert isinstance(exc, HTTPError)  # the old name catches them all
+    with pytest.raises(AttributeError):
+        exc.kind = "connect"
+
+
+def test_every_transport_kind_has_a_type():
+    assert {kind for _, kind in ERROR_KINDS} == failures.TRANSPORT_KINDS
 
 
 @pytest.mark.parametrize(("exc", "kind"), [
     (ConnectionRefusedError(111, "Connection refused"), "connect"),
     (socket.gaierror(-2, "Name or service not known"), "connect"),
-    (TimeoutError("timed out"), "connect"),  # raw socket errors come only from opening the connection
-    (_legacy(HTTPError("timed out: no data for 1 s after 3 lines")), "read_timeout"),
-    (_legacy(HTTPError("timed out")), "read_timeout"),
-    (_legacy(HTTPError("timed out: the request took longer than its limit, after 9 lines")), "request_timeout"),
-    (_legacy(HTTPError("connection closed mid-stream after 4 lines")), "disconnect"),
-    (_legacy(HTTPError("ConnectionResetError: [Errno 104] Connection reset by peer after 2 lines")), "disconnect"),
-    (_legacy(HTTPError("connection closed before the response")), "disconnect"),
-    (_legacy(HTTPError("malformed status line: 'HTTX/1.1 OK'")), "malformed_http"),
-    (_legacy(HTTPError("malformed chunk size line: b'zz'")), "malformed_http"),
-    (_legacy(HTTPError("bad Content-Length: 'abc'")), "malformed_http"),
-    (_legacy(HTTPError("response headers larger than 1 MiB")), "malformed_http"),
-    (_legacy(HTTPError("ConnectionRefusedError: [Errno 111] Connection refused")), "connect"),
+    (TimeoutError("timed out"), "connect"),  # raw socket errors came only from opening the connection
+    (ConnectionResetError(104, "Connection reset by peer"), "connect"),
+    (RuntimeError("connection refused, timed out"), "disconnect"),  # the message is never read
+    (ValueError("malformed status line"), "disconnect"),
 ])
-def test_transport_kind_without_kind_attribute(exc, kind):
+def test_transport_kind_of_foreign_exceptions_by_type(exc, kind):
     assert transport_kind(exc) == kind
+
+
+def test_transport_kind_of_an_exception_caused_by_a_refusal():
+    try:
+        try:
+            raise ConnectionRefusedError(111, "Connection refused")
+        except OSError as cause:
+            raise RuntimeError("wrapped") from cause
+    except RuntimeError as exc:
+        assert transport_kind(exc) == "connect"
 
 
 def test_a_refused_connection_is_connect_with_the_real_pool():
@@ -81,9 +94,11 @@ def test_a_refused_connection_is_connect_with_the_real_pool():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     pool = Pool(f"http://127.0.0.1:{port}", connect_timeout=2.0, read_timeout=2.0)
-    with pytest.raises((HTTPError, OSError)) as info:
+    with pytest.raises(transport.ConnectError) as info:
         pool.request("POST", "/v1/completions", {}, b"{}")
     assert transport_kind(info.value) == "connect"
+    assert isinstance(info.value.__cause__, ConnectionRefusedError)
+    pool.close()
 
 
 def test_malformed_events_group_whatever_the_request_id():
@@ -132,8 +147,7 @@ def test_json_answers(content_type, json):
 
 
 def test_classify_precedence():
-    exc = HTTPError("x")
-    exc.kind = "disconnect"
+    exc = transport.ClosedMidStream("x")
     bad = (b"{", "malformed")
     # cut off beats everything; a transport failure beats the status that had arrived; then status, ...
     assert classify(cut_off=True, exc=exc, status=500) == "cut_off"

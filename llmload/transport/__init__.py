@@ -1,0 +1,59 @@
+"""A minimal HTTP/1.1 client for streaming responses, built for timestamp accuracy under load.
+
+Why not geventhttpclient's ``readline``, or even one gevent ``recv`` per stream: each costs a hub switch and
+Python work per event, and a batching server delivers a burst of events to every stream at once, so the
+client's per-event work delays every later timestamp in the burst (DESIGN §8). Here a :class:`Reactor` (one
+per process, shared by every :class:`Pool`, is the intent) watches a single epoll set holding every stream's
+socket; when gevent's loop reports it ready, a callback reads every ready socket, timestamps each read the
+moment it returns, and undoes the framing with a few slice operations (:class:`ResponseParser`). Complete SSE
+lines carry the timestamp of the read that completed them. JSON, token counts and everything else happen after
+the stream, in the request's own greenlet.
+
+Without epoll (not Linux) each request reads its own socket with the same parser.
+
+    errors   the TransportError tree and the failure kind of each type
+    parser   Response, ResponseParser (framing)
+    reactor  Reactor (epoll reads, timeouts, read lag), Connection
+    pool     Pool (keep-alive connections; maps socket errors to TransportError)
+"""
+
+from llmload.transport.errors import (
+    CLIENT_ERROR,
+    CONNECT,
+    DISCONNECT,
+    KIND_BY_TYPE,
+    MALFORMED_HTTP,
+    READ_TIMEOUT,
+    REQUEST_TIMEOUT,
+    ClosedBeforeResponse,
+    ClosedMidStream,
+    ConnectError,
+    ConnectTimeout,
+    HTTPError,
+    ListenerError,
+    ProtocolError,
+    ReadTimeout,
+    RequestTimeout,
+    TransportError,
+    kind_of,
+    read_timed_out,
+    request_timed_out,
+)
+from llmload.transport.parser import MAX_HEAD, OnLines, Response, ResponseParser
+from llmload.transport.pool import Pool
+from llmload.transport.reactor import (
+    RECV_SIZE,
+    SO_TIMESTAMPNS,
+    SWITCH_INTERVAL_S,
+    WATCH_INTERVAL_S,
+    Connection,
+    Reactor,
+)
+
+__all__ = [
+    "CLIENT_ERROR", "CONNECT", "DISCONNECT", "KIND_BY_TYPE", "MALFORMED_HTTP", "MAX_HEAD", "READ_TIMEOUT",
+    "RECV_SIZE", "REQUEST_TIMEOUT", "SO_TIMESTAMPNS", "SWITCH_INTERVAL_S", "WATCH_INTERVAL_S",
+    "ClosedBeforeResponse", "ClosedMidStream", "ConnectError", "ConnectTimeout", "Connection", "HTTPError",
+    "ListenerError", "OnLines", "Pool", "ProtocolError", "Reactor", "ReadTimeout", "RequestTimeout",
+    "Response", "ResponseParser", "TransportError", "kind_of", "read_timed_out", "request_timed_out",
+]

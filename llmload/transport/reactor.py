@@ -1,0 +1,321 @@
+"""Read stream sockets from one epoll set, in a callback of gevent's loop, and timestamp every read.
+
+Why not one gevent ``recv`` per stream: each costs a hub switch and Python work per event, and a batching
+server delivers a burst of events to every stream at once, so per-event work delays every later timestamp in
+the burst (DESIGN §8). A :class:`Reactor` watches one epoll set holding the sockets of every request it reads;
+when gevent's loop reports it ready, a callback reads every ready socket and stamps each read with the kernel's
+arrival time (``SO_TIMESTAMPNS``) or, without one, the moment the read returned.
+
+Socket errors are handed to the request's greenlet as they are: :class:`llmload.transport.Pool` maps them to
+:mod:`llmload.transport.errors` types in one place.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import struct
+import time
+import weakref
+from time import perf_counter
+from typing import Any
+
+from llmload.transport.errors import ListenerError, TransportError, read_timed_out, request_timed_out
+from llmload.transport.parser import ResponseParser
+
+#: below glibc's mmap threshold (128 KiB): a larger read buffer costs an mmap + munmap per read (~30 µs)
+RECV_SIZE = 65536
+_TIMESPEC = struct.Struct("qq")
+#: Linux SO_TIMESTAMPNS / SCM_TIMESTAMPNS: the kernel stamps each received packet (CLOCK_REALTIME)
+SO_TIMESTAMPNS = 35
+_CMSG_SPACE = 64
+#: longest stretch of greenlet work between two polls for arriving data
+SWITCH_INTERVAL_S = 0.0005
+#: how often the watchdog checks read and request timeouts
+WATCH_INTERVAL_S = 0.25
+#: read-lag histogram: 0.1 ms buckets, the last one for 1 s or more
+_LAG_BUCKETS = 10_001
+
+
+class Connection:
+    __slots__ = ("buf", "deadline", "raw", "request_deadline", "sock", "stamped", "timeout", "tls")
+
+    def __init__(self, sock: socket.socket, timeout: float, tls: bool = False) -> None:
+        self.sock = sock
+        #: the OS-level socket under gevent's wrapper (for recvmsg without a hub switch)
+        self.raw = getattr(sock, "_sock", sock)
+        #: TLS: the ssl object must do its own reads, so the reactor reads it directly
+        self.tls = tls
+        #: the kernel timestamps arrivals on this socket (SO_TIMESTAMPNS)
+        self.stamped = False
+        #: bytes received past the end of the previous response
+        self.buf = b""
+        #: when the watchdog gives up on this connection if no data arrives (0: idle)
+        self.deadline = 0.0
+        #: when the whole request must be over (0: no limit); set per request by the pool
+        self.request_deadline = 0.0
+        self.timeout = timeout
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+class _Waiting:
+    """A request the reactor reads for; the request's greenlet sleeps on ``result``."""
+
+    __slots__ = ("conn", "parser", "result")
+
+    def __init__(self, conn: Connection, parser: ResponseParser, result: Any) -> None:
+        self.conn = conn
+        self.parser = parser
+        self.result = result
+
+
+class Reactor:
+    """Reads the sockets of every request given to :meth:`read` from one epoll set, and keeps their read lag.
+
+    Share one among all the pools of a process: one wake-up then reads every ready stream, and the read lag
+    covers them all. The epoll set opens on the first read and is released by :meth:`close` (or when the
+    reactor is garbage-collected); a read after :meth:`close` opens a new one. Without epoll (not Linux, or
+    ``epoll=False``) and for TLS, :meth:`read` reads the socket directly in the calling greenlet.
+    """
+
+    def __init__(self, *, epoll: bool = True) -> None:
+        self._epoll_type = _epoll_type() if epoll else None
+        self.ep: Any = None
+        self._watcher: Any = None
+        self._release: weakref.finalize | None = None
+        self.waiting: dict[int, _Waiting] = {}
+        self._watchdog: Any = None
+        #: CLOCK_REALTIME - perf_counter, to move kernel timestamps onto perf_counter's clock
+        self.clock_offset = _clock_offset()
+        #: histogram of read lag (our read - kernel arrival): index = 0.1 ms buckets, last = 1 s or more
+        self.read_lag = [0] * _LAG_BUCKETS
+
+    @property
+    def uses_epoll(self) -> bool:
+        return self._epoll_type is not None
+
+    def read(self, conn: Connection, parser: ResponseParser) -> None:
+        """Block the calling greenlet until ``parser`` has a complete response from ``conn``.
+
+        Raises what the parser raised, :class:`~llmload.transport.errors.ReadTimeout` or
+        ``RequestTimeout`` from the watchdog, or the raw ``OSError`` of a failed read.
+        """
+        if conn.tls or self._epoll_type is None:
+            read_directly(conn, parser)
+            return
+        import gevent
+        from gevent.event import AsyncResult
+
+        if self.ep is None:
+            self._open()
+        fd = conn.sock.fileno()
+        result = AsyncResult()
+        self.waiting[fd] = _Waiting(conn, parser, result)
+        conn.deadline = perf_counter() + conn.timeout
+        try:
+            self.ep.register(fd, select.EPOLLIN | select.EPOLLRDHUP)
+            if self._watchdog is None or self._watchdog.dead:
+                self._watchdog = gevent.spawn(_watch, weakref.ref(self))
+            result.get()
+        finally:
+            self._detach(fd)
+
+    def close(self) -> None:
+        """Release the epoll set; reads still in flight fail as :class:`TransportError` (a disconnect)."""
+        for fd, w in list(self.waiting.items()):
+            self._fail(fd, w, TransportError("stopped reading: the reactor was closed", w.parser.resp))
+        if self._release is not None:
+            self._release()
+        self._release = self.ep = self._watcher = None
+
+    def read_lag_percentile(self, p: float) -> float | None:
+        """The p-th percentile of how late arriving data was read, in ms (None: no timestamped reads)."""
+        hist = self.read_lag
+        total = sum(hist)
+        if not total:
+            return None
+        target, seen = p / 100.0 * total, 0
+        for i, n in enumerate(hist):
+            seen += n
+            if seen >= target:
+                return i / 10.0
+        return 1000.0
+
+    def reset_read_lag(self) -> None:
+        self.read_lag[:] = [0] * _LAG_BUCKETS
+
+    def _open(self) -> None:
+        import gevent
+
+        # gevent runs queued greenlets for up to this long before it polls for I/O again; when a batch of
+        # streams ends together, starting their successors can take longer than an inter-token gap
+        gevent.setswitchinterval(min(gevent.getswitchinterval(), SWITCH_INTERVAL_S))
+        assert self._epoll_type is not None
+        ep = self._epoll_type()
+        # started once and stopped only on release (re-arming an io watcher after a stop can miss a wake-up);
+        # unref'd so it does not keep an otherwise finished loop alive; it holds the reactor only weakly, so
+        # an unused reactor is collected and its epoll set released
+        watcher = gevent.get_hub().loop.io(ep.fileno(), 1, ref=False)
+        watcher.start(_on_ready, weakref.ref(self))
+        self.ep, self._watcher = ep, watcher
+        self._release = weakref.finalize(self, _release, watcher, ep)
+        self._release.atexit = False  # at exit the hub may be gone; the process frees the fd anyway
+
+    def _on_ready(self) -> None:
+        """Runs in the hub (no greenlet switch) whenever the epoll set has ready sockets: read them all.
+
+        Everything here is non-blocking; live ``on_lines`` listeners run here too and must not block.
+        """
+        waiting = self.waiting
+        read = os.read
+        for fd, _ev in self.ep.poll(0):
+            w = waiting.get(fd)
+            if w is None:
+                continue
+            try:
+                if w.conn.stamped:
+                    data, ancillary, _flags, _addr = w.conn.raw.recvmsg(RECV_SIZE, _CMSG_SPACE)
+                else:
+                    data, ancillary = read(fd, RECV_SIZE), None
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                self._fail(fd, w, exc)  # the pool maps it, knowing what had arrived
+                continue
+            t = perf_counter()
+            if ancillary:
+                t = self._arrival(ancillary, t)
+            w.conn.deadline = t + w.conn.timeout
+            try:
+                if not data:
+                    w.parser.eof(t)
+                    self._complete(fd, w)
+                elif w.parser.feed(data, t):
+                    self._complete(fd, w)
+            except TransportError as exc:
+                self._fail(fd, w, exc)
+            except Exception as exc:  # a live listener's bug fails its own request, never the reactor
+                error = ListenerError(f"{type(exc).__name__} in a stream listener: {exc}", w.parser.resp)
+                error.__cause__ = exc
+                self._fail(fd, w, error)
+
+    def _arrival(self, ancillary: list[tuple[int, int, bytes]], t: float) -> float:
+        """The kernel's arrival time of a read (independent of how busy this process was); counts the lag."""
+        sec, nsec = _TIMESPEC.unpack_from(ancillary[0][2])
+        arrived = sec + nsec * 1e-9 - self.clock_offset
+        if not t - 1.0 < arrived < t:
+            return t
+        # how late this process read it: past one inter-token gap, chunks merge into one read
+        lag = int((t - arrived) * 10_000)
+        self.read_lag[min(lag, _LAG_BUCKETS - 1)] += 1
+        return arrived
+
+    def _complete(self, fd: int, w: _Waiting) -> None:
+        self._detach(fd)
+        w.result.set(None)
+
+    def _fail(self, fd: int, w: _Waiting, exc: BaseException) -> None:
+        self._detach(fd)
+        w.result.set_exception(exc)
+
+    def _detach(self, fd: int) -> None:
+        if self.waiting.pop(fd, None) is not None and self.ep is not None:
+            try:
+                self.ep.unregister(fd)
+            except (OSError, ValueError):
+                pass
+
+    def _check_timeouts(self) -> None:
+        """Fail requests that received nothing for their read timeout, or ran past their request timeout."""
+        self.clock_offset = _clock_offset()
+        now = perf_counter()
+        for fd, w in list(self.waiting.items()):
+            conn = w.conn
+            if conn.request_deadline and now > conn.request_deadline:
+                self._fail(fd, w, request_timed_out(w.parser.resp))
+            elif conn.deadline and now > conn.deadline:
+                self._fail(fd, w, read_timed_out(conn.timeout, w.parser.resp))
+
+
+def _watch(ref: weakref.ReferenceType[Reactor]) -> None:
+    """The watchdog: checks a reactor's timeouts every :data:`WATCH_INTERVAL_S` while it has requests (for
+    all at once, so a limit may be exceeded by that much); it holds the reactor only weakly, between checks."""
+    import gevent
+
+    while True:
+        gevent.sleep(WATCH_INTERVAL_S)
+        reactor = ref()
+        if reactor is None:
+            return
+        if not reactor.waiting:
+            reactor._watchdog = None
+            return
+        reactor._check_timeouts()
+        del reactor
+
+
+def read_directly(conn: Connection, parser: ResponseParser) -> None:
+    """Read ``conn`` in the calling greenlet until ``parser`` has a complete response (TLS, or no epoll).
+
+    The read timeout is the socket's timeout: the ``TimeoutError`` it raises goes up as it is, like every
+    other socket error.
+    """
+    recv = conn.sock.recv
+    try:
+        while True:
+            timeout = conn.timeout
+            if conn.request_deadline:
+                left = conn.request_deadline - perf_counter()
+                if left <= 0:
+                    raise request_timed_out(parser.resp)
+                timeout = min(timeout, left)
+            conn.sock.settimeout(timeout)
+            chunk = recv(RECV_SIZE)
+            t = perf_counter()
+            if not chunk:
+                parser.eof(t)
+                return
+            if parser.feed(chunk, t):
+                return
+    finally:
+        conn.sock.settimeout(None)
+
+
+def _on_ready(ref: weakref.ReferenceType[Reactor]) -> None:
+    reactor = ref()
+    if reactor is not None:
+        reactor._on_ready()
+
+
+def _release(watcher: Any, ep: Any) -> None:
+    watcher.stop()
+    watcher.close()
+    ep.close()
+
+
+def _epoll_type() -> Any:
+    """The unpatched ``select.epoll``, or None where there is none."""
+    try:
+        from gevent.monkey import get_original
+
+        return get_original("select", "epoll")
+    except (ImportError, AttributeError):
+        return getattr(select, "epoll", None)
+
+
+def _clock_offset() -> float:
+    """``time.time() - perf_counter()``, from the tightest of a few back-to-back readings."""
+    best = None
+    for _ in range(5):
+        a = perf_counter()
+        wall = time.time()
+        b = perf_counter()
+        if best is None or b - a < best[0]:
+            best = (b - a, wall - (a + b) / 2)
+    return best[1]
