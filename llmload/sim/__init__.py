@@ -11,5 +11,5 @@ truth for llmload's own measurement tests (``--trace-file``), and cheap enough n
     wire.py       render each dialect's stream events and JSON responses
     faults.py     seeded fault selection
     loop.py       the epoll event loop with timerfd deadlines
-    server.py     HTTP handling, streams, the trace file, worker processes
+    server/       HTTP handling, streams, the trace file, worker processes (a package)
 """

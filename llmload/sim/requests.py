@@ -124,84 +124,126 @@ class RequestParser:
             raise extra_forbidden("ignore_eos", body["ignore_eos"])
 
         model = body.get("model") or cfg.model
-        include_usage = False
         if kind in ("completions", "chat"):
-            if model != cfg.model:
-                raise openai_error(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
-            n = body.get("n", 1)
-            if n != 1:
-                raise bad_request("llmload sim supports n=1 only", "n")
-            stream = bool(body.get("stream", False))
-            options = body.get("stream_options") or {}
-            include_usage = stream and isinstance(options, dict) and bool(options.get("include_usage"))
-            ignore_eos = bool(body.get("ignore_eos", False))
-            if kind == "completions":
-                if "prompt" not in body:
-                    raise bad_request("'prompt' is required", "prompt")
-                text, ids = _prompt_text(body["prompt"])
-                max_tokens = _int_field(body, "max_tokens") or 16
-            else:
-                if "messages" not in body:
-                    raise bad_request("'messages' is required", "messages")
-                text, ids = _chat_text(body["messages"]), None
-                max_tokens = (
-                    _int_field(body, "max_completion_tokens") or _int_field(body, "max_tokens") or cfg.default_max_tokens
-                )
+            fields = _openai_fields(kind, body, model, cfg)
         elif kind == "sglang":
-            text = body.get("text")
-            ids = body.get("input_ids")
-            if not isinstance(text, str) and not isinstance(ids, list):
-                raise bad_request("'text' (a string) or 'input_ids' is required", "text")
-            ids = len(ids) if isinstance(ids, list) else None
-            text = text if isinstance(text, str) else ""
-            params = body.get("sampling_params") or {}
-            if not isinstance(params, dict):
-                raise bad_request("'sampling_params' must be an object", "sampling_params")
-            max_tokens = _int_field(params, "max_new_tokens") or 128
-            ignore_eos = bool(params.get("ignore_eos", False))
-            stream = bool(body.get("stream", False))
+            fields = _sglang_fields(body)
         elif kind == "tgi":
-            text = body.get("inputs")
-            if not isinstance(text, str):
-                raise bad_request("'inputs' (a string) is required", "inputs")
-            ids = None
-            params = body.get("parameters") or {}
-            if not isinstance(params, dict):
-                raise bad_request("'parameters' must be an object", "parameters")
-            max_tokens = _int_field(params, "max_new_tokens") or 100
-            ignore_eos = bool(params.get("ignore_eos", False))
-            stream = True
-        else:  # trt
-            text = body.get("text_input")
-            if not isinstance(text, str):
-                raise bad_request("'text_input' (a string) is required", "text_input")
-            ids = None
-            max_tokens = _int_field(body, "max_tokens") or 16
-            ignore_eos = bool(body.get("ignore_eos", False)) or ("min_length" in body)
-            stream = bool(body.get("stream", True))
+            fields = _tgi_fields(body)
+        else:
+            fields = _trt_fields(body)
 
-        prompt_tokens = ids if ids is not None else self.count_tokens(text)
+        text, max_tokens = fields.text, fields.max_tokens
+        prompt_tokens = fields.ids if fields.ids is not None else self.count_tokens(text)
         if prompt_tokens + max_tokens > cfg.max_model_len:
             raise bad_request(
                 f"This model's maximum context length is {cfg.max_model_len} tokens. However, you requested "
                 f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the completion).",
             )
         offset = text_offset(cfg.seed, text) if text else (cfg.seed + prompt_tokens) % 1000
-        output_tokens = max_tokens
-        if not ignore_eos and cfg.eos_prob > 0:
-            rng = random.Random(offset * 1_000_003 + cfg.seed)
-            for i in range(1, max_tokens):
-                if rng.random() < cfg.eos_prob:
-                    output_tokens = i
-                    break
         return GenRequest(
             kind=kind,
-            stream=stream,
+            stream=fields.stream,
             model=model,
             prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
-            output_tokens=output_tokens,
-            include_usage=include_usage,
+            output_tokens=_output_tokens(cfg, offset, max_tokens, fields.ignore_eos),
+            include_usage=fields.include_usage,
             text_offset=offset,
-            ignore_eos=ignore_eos,
+            ignore_eos=fields.ignore_eos,
         )
+
+
+@dataclass(slots=True)
+class _Fields:
+    """What one route's body says about the generation, before the prompt is counted."""
+
+    text: str
+    #: the prompt's length when it came as token ids
+    ids: int | None
+    max_tokens: int
+    ignore_eos: bool
+    stream: bool
+    include_usage: bool = False
+
+
+def _openai_fields(kind: str, body: dict, model: object, cfg: SimConfig) -> _Fields:
+    """``/v1/completions`` and ``/v1/chat/completions``: vLLM's defaults and its 400/404 answers."""
+    if model != cfg.model:
+        raise openai_error(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+    n = body.get("n", 1)
+    if n != 1:
+        raise bad_request("llmload sim supports n=1 only", "n")
+    stream = bool(body.get("stream", False))
+    options = body.get("stream_options") or {}
+    include_usage = stream and isinstance(options, dict) and bool(options.get("include_usage"))
+    ignore_eos = bool(body.get("ignore_eos", False))
+    if kind == "completions":
+        if "prompt" not in body:
+            raise bad_request("'prompt' is required", "prompt")
+        text, ids = _prompt_text(body["prompt"])
+        max_tokens = _int_field(body, "max_tokens") or 16
+    else:
+        if "messages" not in body:
+            raise bad_request("'messages' is required", "messages")
+        text, ids = _chat_text(body["messages"]), None
+        max_tokens = (
+            _int_field(body, "max_completion_tokens") or _int_field(body, "max_tokens") or cfg.default_max_tokens
+        )
+    return _Fields(text, ids, max_tokens, ignore_eos, stream, include_usage)
+
+
+def _sglang_fields(body: dict) -> _Fields:
+    text = body.get("text")
+    ids = body.get("input_ids")
+    if not isinstance(text, str) and not isinstance(ids, list):
+        raise bad_request("'text' (a string) or 'input_ids' is required", "text")
+    params = body.get("sampling_params") or {}
+    if not isinstance(params, dict):
+        raise bad_request("'sampling_params' must be an object", "sampling_params")
+    return _Fields(
+        text=text if isinstance(text, str) else "",
+        ids=len(ids) if isinstance(ids, list) else None,
+        max_tokens=_int_field(params, "max_new_tokens") or 128,
+        ignore_eos=bool(params.get("ignore_eos", False)),
+        stream=bool(body.get("stream", False)),
+    )
+
+
+def _tgi_fields(body: dict) -> _Fields:
+    text = body.get("inputs")
+    if not isinstance(text, str):
+        raise bad_request("'inputs' (a string) is required", "inputs")
+    params = body.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise bad_request("'parameters' must be an object", "parameters")
+    return _Fields(
+        text=text,
+        ids=None,
+        max_tokens=_int_field(params, "max_new_tokens") or 100,
+        ignore_eos=bool(params.get("ignore_eos", False)),
+        stream=True,
+    )
+
+
+def _trt_fields(body: dict) -> _Fields:
+    text = body.get("text_input")
+    if not isinstance(text, str):
+        raise bad_request("'text_input' (a string) is required", "text_input")
+    return _Fields(
+        text=text,
+        ids=None,
+        max_tokens=_int_field(body, "max_tokens") or 16,
+        ignore_eos=bool(body.get("ignore_eos", False)) or ("min_length" in body),
+        stream=bool(body.get("stream", True)),
+    )
+
+
+def _output_tokens(cfg: SimConfig, offset: int, max_tokens: int, ignore_eos: bool) -> int:
+    """Tokens to generate: ``max_tokens``, or fewer when a seeded early EOS strikes (``--eos-prob``)."""
+    if not ignore_eos and cfg.eos_prob > 0:
+        rng = random.Random(offset * 1_000_003 + cfg.seed)
+        for i in range(1, max_tokens):
+            if rng.random() < cfg.eos_prob:
+                return i
+    return max_tokens

@@ -1,0 +1,91 @@
+"""The simulated engine's server object: its state, its lifetime, and ``/sim/stats``.
+
+:class:`SimServer` is assembled from three parts that share its attributes: connection I/O
+(:mod:`~llmload.sim.server.conn`), HTTP (:mod:`~llmload.sim.server.http`) and generation
+(:mod:`~llmload.sim.server.streaming`). They are mixins rather than separate objects because the per-token
+path reads the server's attributes directly, with no extra hop.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import socket
+import time
+from collections.abc import Callable
+from itertools import count
+
+from llmload.metrics.percentiles import rank_bucket
+from llmload.sim.config import SimConfig
+from llmload.sim.engine import BatchEngine
+from llmload.sim.faults import FaultPicker
+from llmload.sim.loop import EventLoop
+from llmload.sim.requests import RequestParser
+from llmload.sim.server.conn import Conn, Connections
+from llmload.sim.server.http import HttpFront
+from llmload.sim.server.streaming import Streaming
+from llmload.sim.server.tracefile import TraceFile
+
+
+class SimServer(Streaming, HttpFront, Connections):
+    """The simulated engine's HTTP front end and chunk scheduler."""
+
+    def __init__(self, config: SimConfig, sock: socket.socket, worker_index: int = 0,
+                 count_tokens: Callable[[str], int] | None = None) -> None:
+        self.config = config
+        self.sock = sock
+        self.loop = EventLoop()
+        self.parser = RequestParser(config, count_tokens)
+        self.faults = FaultPicker(config.faults, config.seed * 7919 + worker_index)
+        self.engine = None if config.fixed_timing else BatchEngine(config.profile, config.tokens_per_chunk)
+        self._step_deadline: float | None = None
+        self.conns: dict[int, Conn] = {}
+        self._ids = count(1)
+        self._id_prefix = f"{os.getpid():x}"
+        self.wall_offset = time.time() - time.monotonic()
+        self.trace = TraceFile(config.trace_file, self.wall_offset)
+        self.requests = 0
+        self.chunks_sent = 0
+        # hot-path shortcuts into the loop
+        self._timers = self.loop.timers
+        self._timer_seq = self.loop._seq
+        self._lateness = self.loop.lateness
+        self._itl_s = (config.itl_ms or 0.0) / 1000.0
+        sock.setblocking(False)
+        self.loop.register(sock.fileno(), select.EPOLLIN, self._on_accept)
+
+    def serve_forever(self) -> None:
+        try:
+            self.loop.run()
+        finally:
+            self.close()
+
+    def stop(self) -> None:
+        self.loop.stop()
+
+    def close(self) -> None:
+        for conn in list(self.conns.values()):
+            self._close(conn)
+        self.loop.unregister(self.sock.fileno())
+        self.loop.close()
+        self.trace.close()
+
+    def stats(self) -> dict:
+        counts = self.loop.lateness
+        total = sum(counts)
+
+        def pct(p: float) -> float:
+            """The lateness percentile in µs: the bucket :func:`rank_bucket` picks (10 µs each)."""
+            k = rank_bucket(counts, p)
+            return 0.0 if k is None else k * 10.0
+
+        engine = self.engine
+        return {
+            "pid": os.getpid(),
+            "requests": self.requests,
+            "chunks_sent": self.chunks_sent,
+            "timer_events": total,
+            "lateness_us": {"p50": pct(50), "p99": pct(99), "p999": pct(99.9), "max": pct(100)},
+            "running": len(engine.running) if engine else None,
+            "waiting": len(engine.waiting) if engine else None,
+        }

@@ -1,0 +1,137 @@
+"""HTTP/1.1 framing and routing: parse a request head, answer with a body or start a generation.
+
+:class:`HttpFront` is one part of :class:`~llmload.sim.server.core.SimServer`; it relies on
+:class:`~llmload.sim.server.conn.Connections` for I/O and on the generation part for ``_generate``.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+import orjson
+
+from llmload.sim.requests import ROUTES, openai_error
+from llmload.tokenizer import BUILTIN
+
+if TYPE_CHECKING:
+    from llmload.sim.config import SimConfig
+    from llmload.sim.server.conn import Conn
+
+REASONS = MappingProxyType({
+    200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 411: "Length Required",
+    413: "Payload Too Large", 422: "Unprocessable Entity", 429: "Too Many Requests", 500: "Internal Server Error",
+    503: "Service Unavailable",
+})
+MAX_BODY = 64 * 1024 * 1024
+MAX_HEAD = 65536
+END_CHUNKED = b"0\r\n\r\n"
+STREAM_HEAD = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nCache-Control: no-cache\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\n"
+)
+
+
+def frame(data: bytes) -> bytes:
+    """One chunk of a chunked body (nothing for no data: an empty chunk would end the body)."""
+    return b"%x\r\n" % len(data) + data + b"\r\n" if data else b""
+
+
+def _parse_head(head: list[str]) -> tuple[str, str, str, dict[str, str]] | None:
+    """Method, target, version and lower-cased headers of a request head; None for a bad request line."""
+    try:
+        method, target, version = head[0].split(" ", 2)
+    except ValueError:
+        return None
+    headers: dict[str, str] = {}
+    for line in head[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return method, target, version, headers
+
+
+class HttpFront:
+    """Request parsing, keep-alive and pipelining, plain responses and the non-generation routes."""
+
+    config: SimConfig
+
+    def _next_request(self, conn: Conn) -> None:
+        """Parse one complete request from the buffer, if there is one, and handle it."""
+        buf = conn.rbuf
+        end = buf.find(b"\r\n\r\n")
+        if end < 0:
+            if len(buf) > MAX_HEAD:
+                self._respond(conn, 413, b'{"error":{"message":"headers too large","code":413}}', close=True)
+            return
+        parsed = _parse_head(bytes(buf[:end]).decode("latin-1").split("\r\n"))
+        if parsed is None:
+            self._respond(conn, 400, b'{"error":{"message":"malformed request line","code":400}}', close=True)
+            return
+        method, target, version, headers = parsed
+        if "chunked" in headers.get("transfer-encoding", "").lower():
+            self._respond(conn, 411, b'{"error":{"message":"send a Content-Length body","code":411}}', close=True)
+            return
+        try:
+            length = int(headers.get("content-length", "0"))
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_BODY:
+            self._respond(conn, 400, b'{"error":{"message":"bad Content-Length","code":400}}', close=True)
+            return
+        if len(buf) < end + 4 + length:
+            return
+        body = bytes(buf[end + 4 : end + 4 + length])
+        del buf[: end + 4 + length]
+        connection = headers.get("connection", "").lower()
+        conn.keep_alive = connection != "close" and (version != "HTTP/1.0" or connection == "keep-alive")
+        conn.busy = True
+        path = target.split("?", 1)[0]
+        self._dispatch(conn, method, path, headers, body)
+
+    def _respond(self, conn: Conn, status: int, body: bytes, *, extra: bytes = b"", close: bool = False,
+                 content_type: bytes = b"application/json") -> None:
+        if close:
+            conn.keep_alive = False
+        head = b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s%s\r\n" % (
+            status, REASONS.get(status, "Error").encode(), content_type, len(body), extra,
+            b"" if conn.keep_alive else b"Connection: close\r\n",
+        )
+        self._send(conn, head + body)
+        self._done(conn)
+
+    def _done(self, conn: Conn) -> None:
+        """The response is complete: close, or serve the next pipelined request."""
+        conn.busy = False
+        conn.job = None
+        if conn.closed:
+            return
+        if not conn.keep_alive:
+            if not conn.wbuf:
+                self._close(conn)
+            return
+        if conn.rbuf:
+            self._next_request(conn)
+
+    def _dispatch(self, conn: Conn, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
+        kind = ROUTES.get(path)
+        if kind is not None:
+            if method != "POST":
+                self._respond(conn, 405, openai_error(405, f"use POST for {path}", "MethodNotAllowed").body)
+                return
+            self._generate(conn, kind, path, headers, body)
+        elif path == "/health" and method in ("GET", "HEAD"):
+            self._respond(conn, 200, b"")
+        elif path == "/v1/models" and method == "GET":
+            self._respond(conn, 200, orjson.dumps({"object": "list", "data": [self._model_card()]}))
+        elif path == "/sim/stats" and method == "GET":
+            self._respond(conn, 200, orjson.dumps(self.stats()))
+        else:
+            err = openai_error(404, f"no route for {method} {path}", "NotFoundError")
+            self._respond(conn, 404, err.body)
+
+    def _model_card(self) -> dict:
+        # llmload_tokenizer: the tokenizer a client should count with (llmload.target.describe_server):
+        # --tokenizer's value, else builtin, the one llmload bench uses against its own simulator
+        return {"id": self.config.model, "object": "model", "created": 0, "owned_by": "llmload",
+                "max_model_len": self.config.max_model_len,
+                "llmload_tokenizer": self.config.tokenizer or BUILTIN}

@@ -1,0 +1,57 @@
+"""The ground-truth trace (``--trace-file``): one JSON line per request, as the server saw it.
+
+Every worker process appends to the same file with ``O_APPEND``; each line is one ``write``, so lines from
+different workers never interleave. Times are ``time.monotonic()`` seconds; ``wall_offset`` turns them into
+wall-clock time.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+import orjson
+
+if TYPE_CHECKING:
+    from llmload.sim.server.conn import Job
+
+
+def trace_entry(job: Job, status: str, wall_offset: float) -> dict:
+    """The trace line for a finished (or abandoned) job; ``status`` says how it ended."""
+    return {
+        "id": job.request_id,
+        "client_id": job.client_id,
+        "path": job.path,
+        "status": status,
+        # the fault this request drew (a name of faults.FAULT_KINDS), or None
+        "fault": job.fault.kind if job.fault is not None else None,
+        "stream": job.req.stream,
+        "received": job.received,
+        "headers_sent": job.started,
+        "chunks": job.chunk_times,
+        "tokens": job.chunk_tokens,
+        "prompt_tokens": job.req.prompt_tokens,
+        "completion_tokens": sum(job.chunk_tokens),
+        "max_tokens": job.req.max_tokens,
+        "clock": "monotonic",
+        "wall_offset": wall_offset,
+        "pid": os.getpid(),
+    }
+
+
+class TraceFile:
+    """The open trace file of one worker, or nothing to write when ``path`` is empty."""
+
+    def __init__(self, path: str | None, wall_offset: float) -> None:
+        self.wall_offset = wall_offset
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if path else None
+
+    def write(self, job: Job, status: str) -> None:
+        if self.fd is None:
+            return
+        os.write(self.fd, orjson.dumps(trace_entry(job, status, self.wall_offset)) + b"\n")
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None

@@ -1,0 +1,132 @@
+"""Processes: bind the port, run one server, or fork ``--workers N`` sharing it with SO_REUSEPORT."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+from collections.abc import Callable
+
+from llmload.sim.config import SimConfig
+from llmload.sim.server.core import SimServer
+
+_STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+
+
+def _listen(host: str, port: int, reuse_port: bool) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse_port:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(4096)
+    return sock
+
+
+def _token_counter(config: SimConfig) -> Callable[[str], int] | None:
+    if not config.tokenizer:
+        return None
+    from llmload.tokenizer import load_tokenizer
+
+    tok = load_tokenizer(config.tokenizer)
+    return lambda text: len(tok(text).input_ids)
+
+
+def _install_stop(server: SimServer) -> None:
+    signal.signal(signal.SIGTERM, lambda *_: server.stop())
+    signal.signal(signal.SIGINT, lambda *_: server.stop())
+
+
+def run_worker(config: SimConfig, sock: socket.socket, index: int, counter: Callable[[str], int] | None) -> None:
+    server = SimServer(config, sock, index, counter)
+    _install_stop(server)
+    server.serve_forever()
+
+
+class _WorkerPool:
+    """The forked worker processes of one ``serve`` call, and the stop signals that came meanwhile."""
+
+    def __init__(self) -> None:
+        self.children: list[int] = []
+        self.stopping: list[int] = []
+
+    def forward(self, signum: int, _frame: object) -> None:
+        """The parent's SIGTERM/SIGINT handler: stop every worker."""
+        self.stopping.append(signum)
+        for pid in self.children:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def fork(self, config: SimConfig, port: int, index: int, counter: Callable[[str], int] | None) -> None:
+        sock = _listen(config.host, port, reuse_port=True)
+        # Block stop signals across fork so a child never runs the parent's handler: it takes a pending
+        # signal only once its own handler is installed.
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        pid = os.fork()
+        if pid == 0:
+            _child(config, sock, index, counter)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+        self.children.append(pid)
+        sock.close()
+
+    def wait(self) -> int:
+        """Reap every worker; the first non-zero exit status, else 0."""
+        status = 0
+        for pid in self.children:
+            while True:
+                try:
+                    _, code = os.waitpid(pid, 0)
+                    status = status or os.waitstatus_to_exitcode(code)
+                    break
+                except InterruptedError:
+                    continue
+                except ChildProcessError:
+                    break
+        return status
+
+
+def _child(config: SimConfig, sock: socket.socket, index: int, counter: Callable[[str], int] | None) -> None:
+    """A forked worker's whole life; it never returns (``os._exit``)."""
+    code = 0
+    try:
+        server = SimServer(config, sock, index, counter)
+        _install_stop(server)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+        server.serve_forever()
+    except BaseException:
+        code = 1
+    finally:
+        os._exit(code)
+
+
+def serve(config: SimConfig, ready: Callable[[str], None] | None = None) -> None:
+    """Run the simulator until SIGINT/SIGTERM; ``ready`` gets the base URL once it accepts connections."""
+    counter = _token_counter(config)
+    workers = max(1, config.workers)
+    # Bind once without SO_REUSEPORT first, so a busy port fails here even if its owner shares it.
+    probe = _listen(config.host, config.port, reuse_port=False)
+    port = probe.getsockname()[1]
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    url = f"http://{host}:{port}"
+    if workers == 1:
+        server = SimServer(config, probe, 0, counter)
+        _install_stop(server)
+        if ready:
+            ready(url)
+        server.serve_forever()
+        return
+    probe.close()
+    pool = _WorkerPool()
+    signal.signal(signal.SIGTERM, pool.forward)
+    signal.signal(signal.SIGINT, pool.forward)
+    for index in range(workers):
+        pool.fork(config, port, index, counter)
+    if pool.stopping:  # a signal came while forking: pass it to the workers started after it
+        pool.forward(signal.SIGTERM, None)
+    elif ready:
+        ready(url)
+    sys.exit(max(0, pool.wait()))
