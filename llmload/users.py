@@ -9,9 +9,7 @@ Locust's stats table gets three rows per request, ``LLM E2E`` (with failures), `
 
 from __future__ import annotations
 
-import itertools
 import os
-import random
 from time import perf_counter
 from typing import Any, ClassVar
 
@@ -19,10 +17,13 @@ import orjson
 from gevent import GreenletExit
 from gevent import Timeout as gevent_Timeout
 from gevent import idle as gevent_idle
-from locust import FastHttpUser, task
+from locust import User, task
 
 from llmload.backends import Backend, get_backend
 from llmload.backends.base import error_message, one_line
+from llmload.choices import TTFT_RULES  # noqa: F401  (re-exported: llmload.users.TTFT_RULES)
+from llmload.core.schedule import Scheduled
+from llmload.core.state import state_of
 from llmload.datasets.base import SampleRequest
 from llmload.events import llm_events
 from llmload.failures import (
@@ -40,12 +41,10 @@ from llmload.failures import (
 )
 from llmload.records import RequestRecord
 from llmload.sse import DONE, parse_line
-from llmload.transport import HTTPError, Pool, Response
+from llmload.transport import ConnectError, Pool, ReadTimeout, RequestTimeout, Response, TransportError
 
-TTFT_RULES = ("content", "vllm")
 #: events parsed between two yields to the event loop
 PARSE_SLICE = 16
-_ids = itertools.count(1)
 
 
 def _when_idle(max_wait_s: float = 1.0) -> None:
@@ -54,17 +53,12 @@ def _when_idle(max_wait_s: float = 1.0) -> None:
         gevent_idle()
 
 
-class _InFlight:
-    """Requests of this process currently between send and end (for live views)."""
+class LLMUser(User):
+    """Base class: set ``backend`` (a ``--backend`` name); llmload's plugin gives it the run's requests.
 
-    count = 0
-
-
-in_flight = _InFlight
-
-
-class LLMUser(FastHttpUser):
-    """Base class: set ``backend`` (a ``--backend`` name) and give it a workload of :class:`SampleRequest`."""
+    A plain Locust ``User``: requests go through llmload's own transport (:mod:`llmload.transport`), which
+    timestamps every read; Locust's HTTP session would only sit unused.
+    """
 
     abstract = True
 
@@ -81,24 +75,15 @@ class LLMUser(FastHttpUser):
     extra_body: ClassVar[dict[str, Any]] = {}
     #: ``Authorization: Bearer`` value; never printed
     api_key: str | None = None
-    #: queueing before the first token can exceed Locust's 60 s default
+    #: seconds without data before a request fails (queueing before the first token can be long)
     network_timeout = 600.0
     connection_timeout = 30.0
-    #: whole-request limit in seconds, however steadily data arrives (None: no limit; ``network_timeout``
-    #: bounds only a gap without data)
+    #: whole-request limit in seconds, however steadily data arrives (None: no limit)
     request_timeout: float | None = None
-    #: where :meth:`generate` takes its next sample; set by the locustfile or llmload's options
-    workload: ClassVar[Any] = None
-
-    #: "closed" (send, wait for the stream, think, repeat) or "open" (Poisson/gamma arrivals at ``request_rate``
-    #: spread over all users, each request in its own greenlet, independent of responses)
-    arrival: str = "closed"
-    #: open loop: requests/s for the whole test (all users, all workers together); changes apply within 0.5 s
-    request_rate: float = 1.0
-    burstiness: float = 1.0
-    #: open loop: most requests in flight per user (None: unbounded)
-    max_concurrency: int | None = None
-    #: closed loop: seconds between a response and the next request, e.g. ``arrivals.think_time("exp", 2)``
+    #: this class's goodput SLOs in ms (``{"ttft": 500, "e2el": 8000}``): they replace ``--goodput`` for its
+    #: requests in a mixed workload
+    goodput: ClassVar[dict[str, float] | None] = None
+    #: closed loop: seconds between a response and the next request (``--think-time``)
     think: Any = None
 
     def __init__(self, environment: Any) -> None:
@@ -106,136 +91,64 @@ class LLMUser(FastHttpUser):
         self._backend: Backend = get_backend(self.backend)
         self._path = self.endpoint or self._backend.default_path
         self._worker = f"{os.getpid()}"
+        self._run = state_of(environment)
         headers = {"Accept-Encoding": "identity", "Content-Type": "application/json", "Accept": "text/event-stream"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         self._headers = headers
         self._pool = Pool(self.host or environment.host or "", connect_timeout=self.connection_timeout,
-                          read_timeout=self.network_timeout, request_timeout=self.request_timeout)
+                          read_timeout=self.network_timeout, request_timeout=self.request_timeout,
+                          reactor=self._run.reactor)
 
     def wait_time(self) -> float:
         return float(self.think()) if self.think is not None else 0.0
 
     @task
     def generate(self) -> None:
-        if self.workload is None:
-            raise RuntimeError(f"{type(self).__name__}.workload is not set: give it a workload of samples")
-        if self._setting("arrival", self.arrival) == "open":
-            self.open_loop()
+        """Closed loop: stream the run's next request; open loop: the run's dispatcher sends, users idle."""
+        run = getattr(self.environment, "llmload", None)
+        step = getattr(run, "user_step", None)
+        if step is None:
+            raise RuntimeError(f"{type(self).__name__} has no run to take requests from: run it with "
+                               "`locust -f` and a locustfile that imports llmload.locust")
+        step(self)
+
+    def new_record(self, request: Scheduled | SampleRequest, intended_send: float | None = None) -> RequestRecord:
+        """The record of one request: a scheduled one keeps its run-wide id, a bare sample gets one."""
+        if isinstance(request, Scheduled):
+            sample, request_id = request.sample, request.request_id
         else:
-            self.send(self.workload.next())
-
-    def _setting(self, name: str, default: Any) -> Any:
-        """An option that may change mid-run (web UI, master): parsed options first, then the class attribute."""
-        opts = self.environment.parsed_options
-        value = getattr(opts, name, None) if opts is not None else None
-        return default if value in (None, "") else value
-
-    def _open_rate(self) -> float:
-        users = self.environment.runner.target_user_count if self.environment.runner else 1
-        opts = self.environment.parsed_options
-        total_users = int(getattr(opts, "num_users", 0) or 0) or users or 1
-        return float(self._setting("request_rate", self.request_rate)) / max(1, total_users)
-
-    def open_loop(self) -> None:
-        """Dispatch requests on an absolute clock until the user is stopped; in-flight ones are then cut off."""
-        from gevent import sleep
-        from gevent.lock import BoundedSemaphore
-        from gevent.pool import Group
-
-        limit = self._setting("max_concurrency", self.max_concurrency)
-        slots = BoundedSemaphore(int(limit)) if limit else None
-        group = Group()
-        rng = random.Random(hash((self._worker, id(self))))
-
-        def one(sample: SampleRequest, record: RequestRecord) -> None:
-            if slots is not None:
-                with slots:
-                    self.send(sample, record.intended_send, record)
-            else:
-                self.send(sample, record.intended_send, record)
-
-        next_send = perf_counter()
-        try:
-            while True:
-                rate = self._open_rate()
-                if rate <= 0:
-                    sleep(0.5)
-                    next_send = perf_counter()
-                    continue
-                b = float(self._setting("burstiness", self.burstiness))
-                next_send += rng.gammavariate(b, 1.0 / (rate * b))
-                while (delay := next_send - perf_counter()) > 0:
-                    sleep(min(delay, 0.5))
-                    if self._open_rate() != rate:  # steered mid-run: re-draw with the new rate
-                        next_send = perf_counter()
-                        break
-                else:
-                    sample = self.workload.next()
-                    record = self.new_record(sample, next_send)
-                    record.dispatched_at = perf_counter()
-                    group.spawn(one, sample, record)
-        finally:
-            group.kill(block=True)
-
-    def new_record(self, sample: SampleRequest, intended_send: float | None = None) -> RequestRecord:
+            sample, request_id = request, request.request_id or f"{self._worker}-{self._run.next_id()}"
         return RequestRecord(
-            request_id=sample.request_id or f"{self._worker}-{next(_ids)}",
+            request_id=request_id,
             backend=self._backend.name,
             prompt_len=sample.prompt_len,
             expected_output_len=sample.expected_output_len,
             intended_send=intended_send,
             worker=self._worker,
+            user_class=type(self).__name__,
         )
 
     def send(
-        self, sample: SampleRequest, intended_send: float | None = None, record: RequestRecord | None = None
+        self, request: Scheduled | SampleRequest, intended_send: float | None = None,
+        record: RequestRecord | None = None,
     ) -> RequestRecord:
         """Stream one request and return its record (also fired as ``llm_events.request_complete``).
 
         Pass ``record`` (from :meth:`new_record`) to keep a handle on a request that may be cut off.
         """
-        backend = self._backend
-        body = backend.build_body(
-            sample.prompt,
-            sample.expected_output_len,
-            model=self.model,
-            ignore_eos=self.ignore_eos,
-            extra=self.extra_body or None,
-            messages=getattr(sample, "messages", None),
-        )
+        sample = request.sample if isinstance(request, Scheduled) else request
+        body = self._backend.build_body(sample.prompt, sample.expected_output_len, model=self.model,
+                                        ignore_eos=self.ignore_eos, extra=self.extra_body or None,
+                                        messages=getattr(sample, "messages", None))
         if record is None:
-            record = self.new_record(sample, intended_send)
-        headers = dict(self._headers)
-        headers["X-Request-Id"] = record.request_id
-        payload = orjson.dumps(body)
+            record = self.new_record(request, intended_send)
         streaming = bool(body.get("stream", True))
         reader = StreamReader(self, record, streaming)
-        # live parsing only when someone listens to the token hooks; else parse once after the stream
-        live = reader.on_lines if (llm_events.first_token._handlers or llm_events.token._handlers) else None
-        exception: Exception | None = None
-        record.start = perf_counter()  # replaced by the moment the bytes go out, once a connection is open
-
-        def sending() -> None:
-            record.start = perf_counter()
-
-        in_flight.count += 1
+        self._run.in_flight += 1
         try:
-            resp = self._pool.request("POST", self._path, headers, payload, live, sending)
-        except (HTTPError, OSError) as exc:
-            partial = getattr(exc, "response", None)
-            if partial is not None and partial.status:
-                record.status_code = partial.status
-                if live is None and partial.status == 200 and streaming:
-                    reader._consume(partial.lines, 0, live=False)  # keep the tokens that did arrive
-            reader.fail_transport(exc)
-            exception = exc
-        except Exception as exc:
-            record.error = one_line(f"{type(exc).__name__}: {exc}")
-            record.failure_kind = CLIENT_ERROR
-            exception = exc
+            exception = self._stream(record, reader, orjson.dumps(body))
         except GreenletExit:
-            in_flight.count -= 1
             # the run ended while this request was in flight: count it as cut off, never drop it
             record.cut_off = True
             record.success = False
@@ -243,9 +156,42 @@ class LLMUser(FastHttpUser):
             record.error = record.error or "cut off: the run ended while this request was in flight"
             llm_events.request_complete.fire(record=record, user=self)
             raise
-        else:
-            reader.finish(resp)
-        in_flight.count -= 1
+        finally:
+            self._run.in_flight -= 1
+        self._fire_stats_row(record, exception)
+        llm_events.request_complete.fire(record=record, user=self)
+        return record
+
+    def _stream(self, record: RequestRecord, reader: StreamReader, payload: bytes) -> Exception | None:
+        """POST and read the stream into ``record``; returns the exception that failed it, if any. This is where
+        a stream is parsed: live when someone listens to the token hooks, else once after the stream."""
+        headers = dict(self._headers)
+        headers["X-Request-Id"] = record.request_id
+        live = reader.on_lines if (llm_events.first_token._handlers or llm_events.token._handlers) else None
+        record.start = perf_counter()  # replaced by the moment the bytes go out, once a connection is open
+
+        def sending() -> None:
+            record.start = perf_counter()
+
+        try:
+            resp = self._pool.request("POST", self._path, headers, payload, live, sending)
+        except TransportError as exc:
+            partial = exc.response
+            if partial is not None and partial.status:
+                record.status_code = partial.status
+                if live is None and partial.status == 200 and reader.streaming:
+                    reader._consume(partial.lines, 0, live=False)  # keep the tokens that did arrive
+            reader.fail_transport(exc)
+            return exc
+        except Exception as exc:
+            record.error = one_line(f"{type(exc).__name__}: {exc}")
+            record.failure_kind = CLIENT_ERROR
+            return exc
+        reader.finish(resp)
+        return None
+
+    def _fire_stats_row(self, record: RequestRecord, exception: Exception | None) -> None:
+        """Locust's stats table: ``LLM E2E`` (with failures), and TTFT / TPOT rows for the live view."""
         fire = self.environment.events.request.fire
         if record.success:
             fire(request_type="LLM", name="E2E", response_time=(record.e2el or 0.0) * 1000.0,
@@ -254,8 +200,6 @@ class LLMUser(FastHttpUser):
         else:
             fire(request_type="LLM", name="E2E", response_time=(perf_counter() - record.start) * 1000.0,
                  response_length=0, exception=exception or LLMRequestFailed(record.error), context={})
-        llm_events.request_complete.fire(record=record, user=self)
-        return record
 
     def _fire_live_rows(self, record: RequestRecord) -> None:
         fire = self.environment.events.request.fire
@@ -424,27 +368,21 @@ class StreamReader:
             record.output_tokens_source = "pending"
         record.success = True
 
-    def fail_transport(self, exc: BaseException) -> None:
-        """The connection failed or broke mid-stream: keep what arrived, count the request as failed."""
+    def fail_transport(self, exc: TransportError) -> None:
+        """The connection failed or broke mid-stream: keep what arrived, count the request as failed. The
+        error's type decides (:mod:`llmload.transport.errors`); its message names the host and what failed."""
         record = self.record
-        kind = transport_kind(exc)
-        record.failure_kind = kind
-        name = type(exc).__name__
-        if kind == "connect":
-            # the transport's message names the host and what failed; an older one raised the socket error
-            pool = self.user._pool
-            if isinstance(exc, ConnectionRefusedError):
-                record.error = f"connection refused by {pool.host}:{pool.port}"
-            else:
-                record.error = one_line(str(exc) if isinstance(exc, HTTPError) else f"cannot connect: {name}: {exc}")
+        record.failure_kind = transport_kind(exc)
+        if isinstance(exc, ConnectError):
+            record.error = one_line(str(exc))
             return
-        if kind == "read_timeout":
+        if isinstance(exc, ReadTimeout):
             what = f"timed out after {self.user.network_timeout:g} s without data"
-        elif kind == "request_timeout":
+        elif isinstance(exc, RequestTimeout):
             limit = self.user.request_timeout
             what = f"the whole request took longer than {limit:g} s" if limit else "the request took too long"
         else:
-            what = f"{name}: {exc}"
+            what = f"{type(exc).__name__}: {exc}"
         if record.chunk_times:
             record.error = one_line(f"stream broken after {len(record.chunk_times)} events: {what}")
         else:

@@ -29,6 +29,15 @@ CLOCK_SLACK_S = 0.003
 _CHILD_ENV_DROP = ("OPENAI_API_KEY", "LLMLOAD_DEBUG", "HF_ENDPOINT")
 
 
+#: the X-Request-Id of the one request ``llmload bench`` sends before the run (its initial test)
+INITIAL_TEST_ID = "llmload-initial-test"
+
+
+def is_run_request(client_id: str) -> bool:
+    """A request of the run itself, as the simulator's trace names it (not the initial test)."""
+    return bool(client_id) and client_id != INITIAL_TEST_ID
+
+
 def llmload_command() -> list[str]:
     """The installed ``llmload`` console script next to this interpreter (not a pyenv shim), else ``-c``."""
     script = Path(sys.executable).with_name("llmload")

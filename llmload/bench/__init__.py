@@ -1,4 +1,4 @@
-"""``llmload bench``: a headless benchmark run in-process on Locust's FastHttpUser and gevent.
+"""``llmload bench``: a headless benchmark run in-process on the run core (:mod:`llmload.core`), llmload's LLM user and gevent.
 
     dispatch.py   open-loop sends on an absolute clock, one greenlet per request, bounded concurrency
     health.py     the client's own CPU and event-loop lag: was the client the bottleneck?

@@ -16,7 +16,8 @@ from typing import Any
 
 from llmload.errors import ConfigError, DatasetError, EndpointError, LLMLoadError
 from llmload.metrics import parse_goodput
-from llmload.urls import basic_auth, redact_url, secrets_in, strip_credentials
+from llmload.options import api_key
+from llmload.urls import redact_url, secrets_in
 
 #: environment variable holding the token workers must prove they know (docs/distributed.md)
 CLUSTER_TOKEN_ENV = "LLMLOAD_CLUSTER_TOKEN"
@@ -24,18 +25,6 @@ CLUSTER_TOKEN_ENV = "LLMLOAD_CLUSTER_TOKEN"
 
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def _api_key(args: argparse.Namespace) -> str | None:
-    if args.api_key_file:
-        try:
-            key = Path(args.api_key_file).read_text().strip()
-        except OSError as exc:
-            raise ConfigError(f"--api-key-file: cannot read {args.api_key_file}: {exc.strerror}") from None
-        if not key:
-            raise ConfigError(f"--api-key-file: {args.api_key_file} is empty")
-        return key
-    return os.environ.get("OPENAI_API_KEY") or None
 
 
 def _base_url(args: argparse.Namespace) -> str | None:
@@ -76,34 +65,25 @@ def _parse_metadata(items: list[str] | None) -> dict[str, str]:
     return out
 
 
-def served_models(base_url: str, api_key: str | None, timeout: float = 10.0) -> list[str]:
-    """The model names the server lists at ``/v1/models`` (credentials in ``base_url`` are sent, never shown)."""
-    import urllib.error
-    import urllib.request
+def _resolve_target(args: argparse.Namespace, base_url: str,
+                    api_key: str | None) -> tuple[str, str | None, bool]:
+    """The model (``--model``, else the server's first), the tokenizer the server names (``llmload sim`` says
+    which it uses) and whether it is the simulator, asking ``/v1/models`` only when model or tokenizer is
+    not given."""
+    from llmload.target import describe_server
 
-    import orjson
-
-    shown = redact_url(base_url)
-    request = urllib.request.Request(f"{strip_credentials(base_url)}/v1/models")
-    auth = f"Bearer {api_key}" if api_key else basic_auth(base_url)
-    if auth:
-        request.add_header("Authorization", auth)
+    model = args.model
+    if model and args.tokenizer:
+        return model, None, False
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
-            data = orjson.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        raise EndpointError(f"{shown}/v1/models answered HTTP {exc.code}; pass --model") from None
-    except (urllib.error.URLError, OSError) as exc:  # TimeoutError, or a URLError wrapping one
-        reason = getattr(exc, "reason", exc)
-        if isinstance(reason, TimeoutError):
-            raise EndpointError(f"{shown}/v1/models sent no answer within {timeout:g} s (--read-timeout); "
-                                "pass --model to skip asking") from None
-        raise EndpointError(f"cannot reach the server at {shown}: {reason}") from None
-    except ValueError:
-        raise EndpointError(f"{shown}/v1/models did not return JSON; pass --model") from None
-    if not isinstance(data, dict):
-        raise EndpointError(f"{shown}/v1/models did not return a model list; pass --model")
-    return [m.get("id", "") for m in data.get("data", []) if isinstance(m, dict)]
+        info = describe_server(base_url, api_key, timeout=min(args.read_timeout, 30.0))
+    except EndpointError:
+        if not model:
+            raise
+        return model, None, False  # a server without /v1/models: the model's own tokenizer
+    if not model and not info.models:
+        raise EndpointError(f"{redact_url(base_url)}/v1/models lists no model; pass --model")
+    return model or info.models[0], info.tokenizer, info.is_simulator
 
 
 def make_user_class(run: dict[str, Any]) -> type:
@@ -188,8 +168,9 @@ def run_bench(args: argparse.Namespace) -> int:
     for the exit codes and what each signal does when."""
     if args.worker:
         return run_worker(args)
-    # Locust monkey-patches the standard library with gevent on import: do it before anything else runs.
-    import gevent  # noqa: F401
+    # Locust monkey-patches the standard library with gevent on import: do it before anything else runs
+    # (urllib, ssl and huggingface_hub imported first would stay unpatched).
+    import locust  # noqa: F401
 
     from llmload.interrupts import Interrupted, RunInterrupts
 
@@ -209,7 +190,7 @@ class _Plan:
         from llmload.arrivals import parse_think_time, validate_arrivals
 
         self.base_url = _base_url(args)
-        self.api_key = _api_key(args)
+        self.api_key = api_key(args)
         self.goodput = parse_goodput(args.goodput)
         self.percentiles = args.metric_percentiles
         self.selected = args.percentile_metrics
@@ -289,7 +270,6 @@ def _bench(args: argparse.Namespace, plan: _Plan, interrupts: Any) -> int:
     from llmload.bench.health import HealthMonitor
     from llmload.bench.progress import Progress
     from llmload.datasets import load_samples
-    from llmload.events import llm_events
     from llmload.simproc import SimProcess
     from llmload.summary import format_run_header
     from llmload.tokenizer import load_tokenizer
@@ -308,13 +288,10 @@ def _bench(args: argparse.Namespace, plan: _Plan, interrupts: Any) -> int:
             _log(f"Simulator ready at {base_url} (pid {sim.pid}); it is stopped when the run ends")
         assert base_url is not None
 
-        model = args.model
-        if not model:
-            served = served_models(base_url, plan.api_key, timeout=min(args.read_timeout, 30.0))
-            if not served:
-                raise EndpointError(f"{redact_url(base_url)}/v1/models lists no model; pass --model")
-            model = served[0]
-        tokenizer_id = args.tokenizer or ("builtin" if use_sim else model)
+        model, hint, simulator = _resolve_target(args, base_url, plan.api_key)
+        if simulator and args.num_prompts is None and args.dataset_name != "trace":
+            num_prompts = SIM_PROMPTS  # a running llmload sim: the same default as the built-in one
+        tokenizer_id = args.tokenizer or ("builtin" if use_sim else hint or model)
         _log(f"Loading tokenizer {tokenizer_id!r} and {num_prompts or 'all'} prompts from the {args.dataset_name} "
              "dataset")
         import_transformers()
@@ -326,7 +303,9 @@ def _bench(args: argparse.Namespace, plan: _Plan, interrupts: Any) -> int:
         if not samples:
             raise DatasetError("the dataset gave no usable prompts")
 
-        samples, offsets = _schedule(args, samples)
+        from llmload.core.schedule import Schedule
+
+        schedule = Schedule.build(schedule_spec(args), samples)
         run_config = {
             "base_url": base_url, "backend": args.backend, "endpoint": args.endpoint,
             "model": args.served_model_name or model, "ttft_rule": args.ttft_rule,
@@ -354,8 +333,8 @@ def _bench(args: argparse.Namespace, plan: _Plan, interrupts: Any) -> int:
                                 ramp_up_strategy=args.ramp_up_strategy, ramp_up_start_rps=args.ramp_up_start_rps,
                                 ramp_up_end_rps=args.ramp_up_end_rps), flush=True)
 
-        progress = Progress(len(samples))
-        health = HealthMonitor()
+        progress = Progress(len(schedule))
+        health = HealthMonitor(reactor=user._pool.reactor)
         interrupts.start_run(args.stop_timeout)
         if not args.disable_tqdm:
             progress.start()
@@ -368,14 +347,10 @@ def _bench(args: argparse.Namespace, plan: _Plan, interrupts: Any) -> int:
         gc.set_threshold(50_000, 50, 100)
         try:
             if master is None:
-                llm_events.request_complete.add_listener(progress.on_record)
-                try:
-                    outcome = _run_single(user, samples, offsets, args, interrupts, plan.think)
-                finally:
-                    llm_events.request_complete.remove_listener(progress.on_record)
+                outcome = _run_single(user, schedule, args, interrupts, plan.think, progress.on_record)
             else:
                 master.bench.on_record = progress.on_record
-                outcome = master.run(run_config, samples, offsets, interrupts)
+                outcome = master.run(run_config, schedule, interrupts)
         finally:
             gc.set_threshold(*gc_threshold)
             gc.unfreeze()
@@ -385,12 +360,11 @@ def _bench(args: argparse.Namespace, plan: _Plan, interrupts: Any) -> int:
         interrupts.start_report()
 
     # with --request-rate inf every request is due at once: how long spawning them took is not client lag
-    open_loop = not math.isinf(args.request_rate) or args.rate_shape or args.dataset_name == "trace"
-    health_report = health.report(outcome.schedule_lags_s if open_loop else None)
+    health_report = health.report(outcome.schedule_lags_s if schedule_spec(args).open_loop_lag_counts else None)
     if master is not None:
         health_report = master.bench.merged_health(master.result_workers, health_report)
     outcome.interrupted_by = interrupts.signum
-    return _report(args, plan, outcome, samples, tokenizer, tokenizer_id, model,
+    return _report(args, plan, outcome, schedule, tokenizer, tokenizer_id, model,
                    redact_url(base_url) if not use_sim else "llmload-sim", health_report)
 
 
@@ -411,7 +385,9 @@ def _initial_test(user: Any, sample: Any, base_url: str, args: argparse.Namespac
 
     ticker = gevent.spawn(still_waiting)
     try:
-        probe = user.send(sample)
+        from llmload.core.schedule import INITIAL_TEST_ID, Scheduled
+
+        probe = user.send(Scheduled(-1, 0.0, sample, INITIAL_TEST_ID))
     finally:
         ticker.kill()
     if probe.success:
@@ -441,18 +417,21 @@ class _Outcome:
         self.interrupted_by: int | None = None
 
 
-def _run_single(user: Any, samples: list, offsets: Any, args: argparse.Namespace, interrupts: Any,
-                think: Any = None) -> _Outcome:
-    from llmload.bench.dispatch import run_closed_loop, run_open_loop
+def _run_single(user: Any, schedule: Any, args: argparse.Namespace, interrupts: Any, think: Any,
+                on_record: Any) -> _Outcome:
+    from llmload.core.dispatch import RequestQueue, StopControl, run_closed_loop, run_open_loop
+    from llmload.core.sink import RecordList
 
+    sink = RecordList()
+    sink.listeners.append(on_record)
+    control = StopControl(interrupts.stop, interrupts.force, args.stop_timeout)
     if think is not None:
-        result = run_closed_loop(user.new_record, user.send, samples, args.max_concurrency, think,
-                                 stop_event=interrupts.stop, stop_timeout=args.stop_timeout,
-                                 cut_event=interrupts.force)
-        return _Outcome(result.records, result.duration, [], len(samples) - len(result.records))
-    result = run_open_loop(user.new_record, user.send, samples, offsets, max_concurrency=args.max_concurrency,
-                           stop_event=interrupts.stop, stop_timeout=args.stop_timeout, cut_event=interrupts.force)
-    return _Outcome(result.records, result.duration, result.schedule_lags_s, len(samples) - len(result.records))
+        tally = run_closed_loop(RequestQueue(schedule.entries), lambda _u: user, args.max_concurrency, think, sink,
+                                control=control)
+    else:
+        tally = run_open_loop(schedule, lambda _r: user, sink, max_concurrency=args.max_concurrency,
+                              control=control)
+    return _Outcome(sink.records, tally.duration, tally.schedule_lags_s, len(schedule) - len(sink.records))
 
 
 class _DistributedSetup:
@@ -515,9 +494,10 @@ class _DistributedSetup:
             raise LLMLoadError(f"fewer than {expected} workers connected within {args.expect_workers_max_wait:g} s")
         return self
 
-    def run(self, run_config: dict[str, Any], samples: list, offsets: Any, interrupts: Any) -> _Outcome:
-        result = self.bench.run(self.clients, run_config, samples, offsets, self.args.max_concurrency,
-                                interrupts.stop, self.args.stop_timeout, _log, cut_event=interrupts.force)
+    def run(self, run_config: dict[str, Any], schedule: Any, interrupts: Any) -> _Outcome:
+        result = self.bench.run(self.clients, run_config, schedule, self.args.max_concurrency,
+                                interrupts.stop, self.args.stop_timeout, _log, cut_event=interrupts.force,
+                                think=self.args.think_time or None)
         self.result_workers = result.workers
         workers = [{"worker": f"worker{w.index}", "assigned": len(w.assigned), "dispatched": len(w.dispatched),
                     "records": w.records, "lost": w.lost} for w in result.workers]
@@ -540,29 +520,14 @@ class _DistributedSetup:
                 stop_child(proc)
 
 
-def _schedule(args: argparse.Namespace, samples: list) -> tuple[list, Any]:
-    """Send offsets for the samples: the trace's own times, a rate shape, constant spacing, or vLLM's
-    gamma schedule (exactly as benchmark_serving computes it from the seed)."""
-    import numpy as np
+def schedule_spec(args: argparse.Namespace) -> Any:
+    """The arrival options of ``args`` (:class:`~llmload.core.schedule.ScheduleSpec`)."""
+    from llmload.core.schedule import ScheduleSpec
 
-    from llmload.arrivals import constant_offsets, vllm_send_offsets
-
-    if args.dataset_name == "trace":
-        return samples, np.asarray([s.arrival_s or 0.0 for s in samples])
-    rng = np.random.RandomState(args.seed)
-    if args.rate_shape:
-        from llmload.shapes import parse_shape, rate_offsets
-
-        offsets = rate_offsets(parse_shape(args.rate_shape, "--rate-shape"), rng, args.burstiness)
-        if not len(offsets):
-            raise ConfigError("--rate-shape gives no requests over its duration")
-        return [samples[i % len(samples)] for i in range(len(offsets))], offsets
-    if args.constant_rate:
-        return samples, constant_offsets(len(samples), args.request_rate)
-    return samples, vllm_send_offsets(len(samples), args.request_rate, args.burstiness, rng=rng,
-                                      ramp_up_strategy=args.ramp_up_strategy,
-                                      ramp_up_start_rps=args.ramp_up_start_rps,
-                                      ramp_up_end_rps=args.ramp_up_end_rps)
+    return ScheduleSpec(request_rate=args.request_rate, burstiness=args.burstiness, seed=args.seed,
+                        ramp_up_strategy=args.ramp_up_strategy, ramp_up_start_rps=args.ramp_up_start_rps,
+                        ramp_up_end_rps=args.ramp_up_end_rps, constant_rate=bool(args.constant_rate),
+                        rate_shape=args.rate_shape or None, trace=args.dataset_name == "trace")
 
 
 def _dataset_options(args: argparse.Namespace) -> dict[str, Any]:

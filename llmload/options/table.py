@@ -47,8 +47,8 @@ _WORKLOAD = (
     Option(("--num-prompts",), "num_prompts", BOTH, "workload",
            f"number of requests (default {DEFAULT_PROMPTS}; {SIM_DEFAULT_PROMPTS} against the built-in simulator)",
            type=argtypes.positive_int,
-           locust_help=f"prompts sampled from the dataset; users cycle through them (default {DEFAULT_PROMPTS}; "
-                       f"{SIM_DEFAULT_PROMPTS} against the built-in simulator)"),
+           locust_help=f"requests in the run (default {DEFAULT_PROMPTS}; {SIM_DEFAULT_PROMPTS} against llmload sim); "
+                       "headless runs end once all are answered, the web UI cycles through them"),
     Option(("--tokenizer",), "tokenizer", BOTH, "workload",
            "tokenizer name or local dir ('builtin': the shipped one; default: the model's own, or builtin against "
            "the simulator)"),
@@ -95,7 +95,8 @@ _ARRIVALS = (
            type=argtypes.positive, default=1.0),
     Option(("--max-concurrency",), "max_concurrency", BOTH, "arrivals", "cap on requests in flight",
            type=argtypes.positive_int,
-           locust_help="--arrival open: most requests in flight per user (default: no cap)"),
+           locust_help="--arrival open: most requests in flight over the whole test, all workers together "
+                       "(default: no cap); closed loop: -u is the concurrency"),
     Option(("--constant-rate",), "constant_rate", BOTH, "arrivals",
            "send exactly 1/--request-rate apart instead of Poisson/gamma", action="store_true", default=False),
     Option(("--rate-shape",), "rate_shape", BOTH, "arrivals",

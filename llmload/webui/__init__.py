@@ -11,32 +11,27 @@ from typing import Any
 
 __all__ = ["install"]
 
-_installed = False
-#: the tab of this process (master or local runner with a web UI); None elsewhere
-tab: Any = None
-
 
 def install() -> None:
-    """Add the tab's listeners to Locust's events (once)."""
-    global _installed
-    if _installed:
-        return
-    _installed = True
+    """Add the tab's listeners to Locust's events (once, however often it is called)."""
     from locust import events
 
+    if _on_init in events.init._handlers:
+        return
     events.init.add_listener(_on_init)
     events.test_start.add_listener(_on_test_start)
 
 
 def _on_init(environment: Any, **_: Any) -> None:
-    global tab
     from locust.runners import MasterRunner, WorkerRunner
 
     runner = environment.runner
-    if isinstance(runner, WorkerRunner):
-        _start_worker_side(runner, environment)
+    run = getattr(environment, "llmload", None)
+    if run is None:
         return
-    from llmload import plugin
+    if isinstance(runner, WorkerRunner):
+        _start_worker_side(runner, run)
+        return
     from llmload.webui.server import LLMTab, register_routes
 
     if environment.web_ui is None:
@@ -45,7 +40,8 @@ def _on_init(environment: Any, **_: Any) -> None:
         return
     import gevent
 
-    tab = LLMTab(environment, plugin.records)
+    tab = LLMTab(environment, run.records.records)
+    run.tab = tab
     if isinstance(runner, MasterRunner):
         from time import perf_counter
 
@@ -58,33 +54,21 @@ def _on_init(environment: Any, **_: Any) -> None:
 
 
 def _on_test_start(environment: Any, **_: Any) -> None:
-    if tab is not None and environment is tab.environment:
+    tab = getattr(getattr(environment, "llmload", None), "tab", None)
+    if tab is not None:
         tab.stats.reset()
 
 
-def _start_worker_side(runner: Any, environment: Any) -> None:
-    """A worker reports its in-flight requests once a second and takes the master's steering."""
+def _start_worker_side(runner: Any, run: Any) -> None:
+    """A worker reports its in-flight requests once a second (steering reaches it through the run)."""
     import gevent
-
-    from llmload.users import in_flight
-
-    def steer(msg: Any, **_kw: Any) -> None:
-        opts = environment.parsed_options
-        if opts is None:
-            return
-        if (rate := msg.data.get("request_rate")) is not None:
-            opts.request_rate = float(rate)
-        if users := msg.data.get("num_users"):
-            opts.num_users = int(users)  # the test's total, for the open-loop per-user share
-
-    runner.register_message("llm_set", steer)
 
     def report_forever() -> None:
         while True:
             gevent.sleep(1.0)
-            if runner.state in ("spawning", "running", "stopping") or in_flight.count:
+            if runner.state in ("spawning", "running", "stopping") or run.in_flight:
                 try:
-                    runner.send_message("llm_live", {"in_flight": int(in_flight.count)})
+                    runner.send_message("llm_live", {"in_flight": int(run.in_flight)})
                 except Exception:  # the master is gone or reconnecting: the next report will do
                     pass
 

@@ -160,7 +160,7 @@ def test_master_and_worker_in_separate_network_namespaces(hosts: Hosts, children
                                   "records": PROMPTS, "lost": False}]
     records = [json.loads(line) for line in
                result_path.with_name(result_path.name[:-5] + ".records.jsonl").read_text().splitlines()]
-    assert sorted(r["request_id"] for r in records) == sorted(f"r{i}" for i in range(PROMPTS))
+    assert len({r["request_id"] for r in records}) == PROMPTS  # every request once, under its run-wide id
     assert all(r["success"] and r["worker"] == "worker0" and r["output_tokens"] == 20 for r in records)
 
     # the requests came over the veth from the worker's namespace: the server saw each one, the worker's end

@@ -24,6 +24,7 @@ import pytest
 from support import (
     ChildProcesses,
     free_port,
+    is_run_request,
     llmload_command,
     offline_env,
     strict_json,
@@ -31,7 +32,6 @@ from support import (
     wait_for_text,
 )
 
-RUN_ID = re.compile(r"^r(\d+)$")
 #: fixed, fast simulator timing for every run here
 SIM_TIMING = "--ttft-ms 5 --itl-ms 2"
 
@@ -426,7 +426,7 @@ def test_worker_without_the_cluster_token_gets_no_job(procs, tmp_path: Path) -> 
         assert rc == 0, (name, rc, stranger_text[-2000:])
     assert "has none" in (tmp_path / "no-token.stderr").read_text()
     # the server saw the master's initial test and nothing from the strangers
-    assert not [t for t in trace_lines(trace) if RUN_ID.match(t["client_id"])], trace_lines(trace)
+    assert not [t for t in trace_lines(trace) if is_run_request(t["client_id"])], trace_lines(trace)
     assert master.poll() is None and "Starting main benchmark run" not in err.read_text()
 
     # the run starts only once a worker with the token connects
@@ -436,7 +436,7 @@ def test_worker_without_the_cluster_token_gets_no_job(procs, tmp_path: Path) -> 
     (result_json,) = sorted((tmp_path / "out").glob("*.json"))
     result = strict_json(result_json.read_text(), result_json)
     assert result["completed"] == 20 and len(result["workers"]) == 1, result.get("workers")
-    received = Counter(t["client_id"] for t in trace_lines(trace) if RUN_ID.match(t["client_id"]))
+    received = Counter(t["client_id"] for t in trace_lines(trace) if is_run_request(t["client_id"]))
     assert len(received) == 20 and max(received.values()) == 1, received
     assert api_key not in out.read_text() + err.read_text()
 

@@ -1,0 +1,230 @@
+"""The requests of a run and when each is due, computed identically on every process from the seed.
+
+A :class:`Schedule` is finite: one entry per request, in send order, each with its global index, its offset in
+seconds from the start of the run, its sample and its request id. Workers of a distributed run take their share
+of the one global schedule (:meth:`Schedule.share`), so the same options send the same requests at the same
+offsets whether the run is local or distributed (docs/design.md, "Schedule").
+
+A :class:`LiveSchedule` is unbounded and steerable (the web UI's rate control): it draws the same unit-gamma
+sequence as vLLM from the seed and maps it through the integrated rate, so a rate change applies from a given
+offset on every process alike.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from llmload.datasets.base import SampleRequest
+from llmload.errors import ConfigError
+
+#: the request id of the one request ``llmload bench`` sends before the run (never one of the run's ids)
+INITIAL_TEST_ID = "llmload-initial-test"
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """The arrival options of a run (``--request-rate``, ``--burstiness``, ramps, shapes, traces)."""
+
+    request_rate: float = math.inf
+    burstiness: float = 1.0
+    seed: int = 0
+    ramp_up_strategy: str | None = None
+    ramp_up_start_rps: float | None = None
+    ramp_up_end_rps: float | None = None
+    constant_rate: bool = False
+    rate_shape: str | None = None
+    #: the samples carry their own arrival times (trace replay)
+    trace: bool = False
+
+    @property
+    def open_loop_lag_counts(self) -> bool:
+        """Whether schedule lag means anything: with ``--request-rate inf`` every request is due at once, and
+        how long spawning them took is not client lag."""
+        return not math.isinf(self.request_rate) or bool(self.rate_shape) or self.trace
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduled:
+    """One request of a run: what to send, when, and its id (the same in every way in)."""
+
+    index: int
+    offset: float
+    sample: SampleRequest
+    request_id: str
+    #: the user class that sends it ('' : the run's only one)
+    user_class: str = ""
+
+
+def request_ids(samples: Sequence[SampleRequest], count: int) -> list[str]:
+    """Ids for ``count`` requests cycling over ``samples``: the sample's own id (or its position), with
+    ``#k`` appended to the k-th repeat of an id, so every request of a run has a distinct, deterministic id."""
+    seen: dict[str, int] = {}
+    ids = []
+    for i in range(count):
+        n = i % len(samples)
+        base = samples[n].request_id or str(n)
+        k = seen.get(base, 0)
+        seen[base] = k + 1
+        ids.append(base if k == 0 else f"{base}#{k}")
+    return ids
+
+
+@dataclass
+class Schedule:
+    """A finite run: ``entries[i]`` is due at ``offsets[i]`` seconds after the start."""
+
+    entries: list[Scheduled]
+    offsets: np.ndarray = field(repr=False)
+
+    @classmethod
+    def build(cls, spec: ScheduleSpec, samples: Sequence[SampleRequest],
+              classes: Sequence[tuple[str, float]] = ()) -> Schedule:
+        """The schedule ``spec`` gives for ``samples`` (see :func:`send_offsets`); ``classes`` are
+        ``(user class name, weight)`` pairs for a mixed workload, assigned per request from the seed."""
+        if not samples:
+            raise ConfigError("the workload has no samples")
+        offsets = send_offsets(spec, samples)
+        count = len(offsets)
+        names = assign_classes(classes, count, spec.seed)
+        ids = request_ids(samples, count)
+        entries = [Scheduled(i, float(offsets[i]), samples[i % len(samples)], ids[i], names[i])
+                   for i in range(count)]
+        return cls(entries, np.asarray(offsets, dtype=float))
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __getitem__(self, index: int) -> Scheduled:
+        return self.entries[index]
+
+    def __iter__(self) -> Iterator[Scheduled]:
+        return iter(self.entries)
+
+    def share(self, worker_index: int, worker_count: int) -> list[Scheduled]:
+        """Worker ``worker_index`` of ``worker_count``'s requests: every ``worker_count``-th, round robin."""
+        if not 0 <= worker_index < worker_count:
+            raise ConfigError(f"worker index must be in [0, {worker_count}), got {worker_index}")
+        return self.entries[worker_index::worker_count]
+
+    def index_of(self) -> dict[str, int]:
+        """Request id -> global index (a master files the records its workers send under it)."""
+        return {e.request_id: e.index for e in self.entries}
+
+
+def send_offsets(spec: ScheduleSpec, samples: Sequence[SampleRequest]) -> np.ndarray:
+    """The trace's own times, a rate shape, constant spacing, or vLLM's gamma schedule (exactly as
+    benchmark_serving computes it from the seed; :mod:`llmload.arrivals`)."""
+    from llmload.arrivals import constant_offsets, vllm_send_offsets
+
+    if spec.trace:
+        return np.asarray([s.arrival_s or 0.0 for s in samples], dtype=float)
+    rng = np.random.RandomState(spec.seed)
+    if spec.rate_shape:
+        from llmload.shapes import parse_shape, rate_offsets
+
+        offsets = rate_offsets(parse_shape(spec.rate_shape, "--rate-shape"), rng, spec.burstiness)
+        if not len(offsets):
+            raise ConfigError("--rate-shape gives no requests over its duration")
+        return np.asarray(offsets, dtype=float)
+    if spec.constant_rate:
+        return constant_offsets(len(samples), spec.request_rate)
+    return vllm_send_offsets(len(samples), spec.request_rate, spec.burstiness, rng=rng,
+                             ramp_up_strategy=spec.ramp_up_strategy, ramp_up_start_rps=spec.ramp_up_start_rps,
+                             ramp_up_end_rps=spec.ramp_up_end_rps)
+
+
+def assign_classes(classes: Sequence[tuple[str, float]], count: int, seed: int) -> list[str]:
+    """Which user class sends each request of a mixed workload: drawn by weight from its own stream of the
+    seed (so adding classes does not move the send times). One class or none: ``''`` for every request."""
+    if len(classes) <= 1:
+        return [classes[0][0] if classes else ""] * count
+    names = [name for name, _ in classes]
+    weights = np.asarray([max(0.0, float(w)) for _, w in classes])
+    if weights.sum() <= 0:
+        raise ConfigError("the user classes' weights add up to 0")
+    rng = np.random.default_rng([seed, 0x11A])
+    picks = rng.choice(len(names), size=count, p=weights / weights.sum())
+    return [names[k] for k in picks]
+
+
+class LiveSchedule:
+    """An unbounded open-loop schedule whose rate can change mid-run, the same on every process.
+
+    Request ``i`` is due at ``t_i = R⁻¹(R(t_{i-1}) + g_i / b)`` where ``g_i ~ Gamma(b, 1)`` is drawn in order from
+    ``RandomState(seed)`` (the draws vLLM scales by ``1 / (rate · b)``) and ``R(t) = ∫₀ᵗ rate`` is the integrated
+    rate. At a constant rate that is vLLM's cumulative schedule before its normalisation. A change applies from
+    the offset it names, so processes that hear of it before then agree on every later send time.
+    """
+
+    def __init__(self, samples: Sequence[SampleRequest], rate: float, burstiness: float = 1.0, seed: int = 0,
+                 classes: Sequence[tuple[str, float]] = ()) -> None:
+        if not samples:
+            raise ConfigError("the workload has no samples")
+        if not burstiness > 0:
+            raise ConfigError(f"--burstiness must be > 0, got {burstiness}")
+        self.samples = list(samples)
+        self.burstiness = float(burstiness)
+        self.seed = seed
+        self.classes = list(classes)
+        self._rng = np.random.RandomState(seed)
+        #: (from offset, rate) in offset order; the first starts at 0
+        self.segments: list[tuple[float, float]] = [(0.0, float(rate))]
+        self._ids: dict[str, int] = {}
+        self._class_rng = np.random.default_rng([seed, 0x11A])
+        self._index = 0
+        self._units = 0.0  # R(t) of the last request
+
+    @property
+    def rate(self) -> float:
+        return self.segments[-1][1]
+
+    def set_rate(self, rate: float, from_offset: float) -> None:
+        """Use ``rate`` (requests/s, 0 pauses) from ``from_offset`` seconds on; later changes replace earlier
+        ones that start at or after it."""
+        if not (rate >= 0 and math.isfinite(rate)):
+            raise ConfigError(f"the open-loop rate must be a finite number >= 0, got {rate}")
+        self.segments = [s for s in self.segments if s[0] < from_offset] or [(0.0, self.segments[0][1])]
+        self.segments.append((max(0.0, float(from_offset)), float(rate)))
+
+    def offset_at(self, units: float) -> float | None:
+        """``R⁻¹(units)``: the offset where the integrated rate reaches ``units`` (None: the rate stays 0)."""
+        done = 0.0
+        for k, (start, rate) in enumerate(self.segments):
+            end = self.segments[k + 1][0] if k + 1 < len(self.segments) else math.inf
+            span = (end - start) * rate if rate > 0 else 0.0
+            if rate > 0 and units <= done + span:
+                return start + (units - done) / rate
+            done += span
+        return None
+
+    def peek_units(self) -> float:
+        """Draw (once) the next request's position on the integrated-rate axis."""
+        if not hasattr(self, "_next_units"):
+            self._next_units = self._units + float(self._rng.standard_gamma(self.burstiness)) / self.burstiness
+        return self._next_units
+
+    def next_offset(self) -> float | None:
+        """When the next request is due under the current segments (None: paused for good)."""
+        return self.offset_at(self.peek_units())
+
+    def take(self, offset: float) -> Scheduled:
+        """Commit the next request at ``offset`` (from :meth:`next_offset`) and move on."""
+        self._units = self.peek_units()
+        del self._next_units
+        i = self._index
+        self._index += 1
+        sample = self.samples[i % len(self.samples)]
+        base = sample.request_id or str(i % len(self.samples))
+        k = self._ids.get(base, 0)
+        self._ids[base] = k + 1
+        name = ""
+        if len(self.classes) > 1:
+            weights = np.asarray([max(0.0, float(w)) for _, w in self.classes])
+            name = self.classes[int(self._class_rng.choice(len(weights), p=weights / weights.sum()))][0]
+        elif self.classes:
+            name = self.classes[0][0]
+        return Scheduled(i, offset, sample, base if k == 0 else f"{base}#{k}", name)

@@ -1,0 +1,70 @@
+"""Where measured records go: one interface, an in-process list or batches from a worker to its master.
+
+The dispatcher hands every finished (or failed, or cut-off) :class:`RequestRecord` to a :class:`RecordSink`
+exactly once. A worker's :class:`BatchShipper` sends them to the master in ``llm_records`` messages
+(:mod:`llmload.core.messages`); the master files them in a :class:`RecordList` (docs/design.md, "Record path").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from llmload.core.messages import records_message
+from llmload.records import RequestRecord
+
+
+class RecordSink(Protocol):
+    def add(self, record: RequestRecord) -> None:
+        """Take one finished record (called once per request, from the request's greenlet)."""
+
+
+class RecordList:
+    """Keeps every record of a run in this process and tells listeners (progress, live views) of each."""
+
+    def __init__(self) -> None:
+        self.records: list[RequestRecord] = []
+        self.listeners: list[Callable[[RequestRecord], None]] = []
+
+    def add(self, record: RequestRecord) -> None:
+        record.compact()
+        self.records.append(record)
+        for listener in self.listeners:
+            listener(record)
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def clear(self) -> None:
+        self.records.clear()
+
+
+class BatchShipper:
+    """A worker's sink: records and dispatched request indices wait here until :meth:`flush` sends them to
+    the master as one ``llm_records`` message; the worker keeps no copy."""
+
+    def __init__(self, send: Callable[[str, dict], None]) -> None:
+        self._send = send
+        self._records: list[dict] = []
+        self._dispatched: list[int] = []
+        #: records shipped so far
+        self.shipped = 0
+
+    def add(self, record: RequestRecord) -> None:
+        self._records.append(record.to_dict())
+
+    def dispatched(self, index: int) -> None:
+        """Request ``index`` of the global schedule was released (the master re-assigns only what was not)."""
+        self._dispatched.append(index)
+
+    @property
+    def pending(self) -> int:
+        return len(self._records)
+
+    def flush(self) -> None:
+        if not self._records and not self._dispatched:
+            return
+        records, self._records = self._records, []
+        dispatched, self._dispatched = self._dispatched, []
+        self.shipped += len(records)
+        self._send(*records_message(records, dispatched))

@@ -1,0 +1,331 @@
+"""The master side of a distributed ``llmload bench``: hand out shares, collect records, handle dead,
+frozen, leaving and joining workers."""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Any
+
+import gevent
+from gevent.event import Event
+
+from llmload.core.messages import clock_offset, read_records_message
+from llmload.core.schedule import Schedule
+from llmload.distributed.worker import auth_proof
+from llmload.records import RequestRecord
+
+#: the first send is this far in the future when a job goes out, so every worker starts together
+START_LEAD_S = 0.5
+#: requests re-balanced to a joining worker are due at least this far in the future
+REBALANCE_MARGIN_S = 2.0
+
+
+def split_concurrency(total: int | None, workers: int) -> list[int | None]:
+    """The global ``--max-concurrency`` split across workers (they add up to the total)."""
+    if total is None:
+        return [None] * workers
+    return [total // workers + (1 if i < total % workers else 0) for i in range(workers)]
+
+
+@dataclass
+class WorkerState:
+    client_id: str
+    index: int
+    assigned: set[int] = field(default_factory=set)
+    dispatched: set[int] = field(default_factory=set)
+    #: global indices of the records received from it
+    received: set[int] = field(default_factory=set)
+    records: int = 0
+    done: bool = False
+    lost: bool = False
+    health: dict[str, Any] | None = None
+    #: its unsent requests, given to other workers when it was thought dead
+    reassigned_away: set[int] = field(default_factory=set)
+    #: it stopped on its own (a signal to the worker) and said so in llm_done; ``left``: its rest was re-assigned
+    leaving: bool = False
+    left: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"worker{self.index}"
+
+
+@dataclass
+class MasterResult:
+    records: list[RequestRecord]
+    start: float
+    end: float
+    workers: list[WorkerState]
+    #: sent by a worker that died before reporting them
+    lost: int
+    #: never sent (run stopped early)
+    unsent: int
+    schedule_lags_s: list[float]
+
+
+@dataclass
+class _Job:
+    """What every job of one run shares."""
+
+    run_config: dict[str, Any]
+    schedule: Schedule
+    start: float
+    start_wall: float
+    stop_timeout: float
+    #: closed loop: ``--think-time`` spec (None: open loop)
+    think: str | None = None
+
+
+class BenchMaster:
+    """Drives a distributed run from the master's side."""
+
+    def __init__(self, runner: Any, on_record: Callable[[RequestRecord], None] | None = None,
+                 token: str | None = None, log: Callable[[str], None] = print) -> None:
+        self.runner = runner
+        self.on_record = on_record
+        self.token = token
+        self.log = log
+        #: worker id -> nonce of the challenge sent to it
+        self._challenged: dict[str, str] = {}
+        #: workers that proved they hold the cluster token (all workers when there is none)
+        self.authenticated: set[str] = set()
+        self.workers: dict[str, WorkerState] = {}
+        self.records: dict[int, RequestRecord] = {}
+        #: requests re-assigned from a dead worker: sent late on purpose, so not counted as client lag
+        self.reassigned: set[int] = set()
+        self._index_of: dict[str, int] = {}
+        self._my_clock = clock_offset()
+        runner.register_message("llm_records", self._on_records)
+        runner.register_message("llm_done", self._on_done)
+        runner.register_message("llm_auth", self._on_auth)
+        runner.register_message("llm_resumed", self._on_resumed)
+
+    # -- joining -------------------------------------------------------------------------------------------
+
+    def ready_workers(self) -> list[str]:
+        """Connected workers that may get jobs; challenges the ones not yet asked."""
+        ready = [c.id for c in self.runner.clients.ready]
+        if not self.token:
+            return ready
+        for cid in ready:
+            if cid not in self._challenged:
+                nonce = secrets.token_hex(16)
+                self._challenged[cid] = nonce
+                self.runner.send_message("llm_challenge", {"nonce": nonce}, client_id=cid)
+        return [cid for cid in ready if cid in self.authenticated]
+
+    def _on_auth(self, msg: Any, **_: Any) -> None:
+        cid = msg.node_id
+        nonce = self._challenged.get(cid)
+        proof = str((msg.data or {}).get("proof", ""))
+        if nonce is not None and self.token and hmac.compare_digest(proof, auth_proof(self.token, nonce, cid)):
+            self.authenticated.add(cid)
+            return
+        self.log(f"a worker ({cid}) failed to authenticate with the cluster token: it gets no job and is told "
+                 "to quit")
+        self.runner.send_message("quit", None, client_id=cid)
+
+    def wait_for_workers(self, expected: int, timeout_s: float, log: Callable[[str], None]) -> list[str]:
+        deadline = perf_counter() + timeout_s
+        last = -1
+        while perf_counter() < deadline:
+            ready = self.ready_workers()
+            if len(ready) != last:
+                log(f"{len(ready)}/{expected} workers connected")
+                last = len(ready)
+            if len(ready) >= expected:
+                return sorted(ready, key=self.runner.get_worker_index)[:expected]
+            gevent.sleep(0.1)
+        return []
+
+    # -- messages from workers -----------------------------------------------------------------------------
+
+    def _on_resumed(self, msg: Any, **_: Any) -> None:
+        """A worker that was frozen asks what is still its own: nothing it had not sent, if we gave that away."""
+        state = self.workers.get(msg.node_id)
+        revoke: list[int] = []
+        if state is not None and state.lost:
+            revoke = sorted(state.reassigned_away)
+            state.lost = False
+            state.done = False
+            self.log(f"{state.name} is back after a freeze: the {len(revoke)} requests it had not sent "
+                     "stay with the others")
+        self.runner.send_message("llm_revoke", {"indices": revoke, "resume": True}, client_id=msg.node_id)
+
+    def _on_records(self, msg: Any, **_: Any) -> None:
+        state = self.workers.get(msg.node_id)
+        batch = read_records_message(msg.data, self._my_clock)
+        for record in batch.records:
+            record.compact()
+            record.worker = state.name if state else msg.node_id
+            index = self._index_of.get(record.request_id, -1 - len(self.records))
+            self.records[index] = record
+            if state is not None:
+                state.records += 1
+                state.received.add(index)
+            if self.on_record is not None:
+                self.on_record(record)
+        if state is not None:
+            state.dispatched.update(batch.dispatched)
+
+    def _on_done(self, msg: Any, **_: Any) -> None:
+        state = self.workers.get(msg.node_id)
+        if state is not None:
+            state.done = True
+            state.health = (msg.data or {}).get("health")
+            state.leaving = bool((msg.data or {}).get("leaving"))
+
+    # -- the run -------------------------------------------------------------------------------------------
+
+    def run(self, client_ids: Sequence[str], run_config: dict[str, Any], schedule: Schedule,
+            max_concurrency: int | None, stop_event: Event, stop_timeout: float, log: Callable[[str], None],
+            cut_event: Event | None = None, think: str | None = None) -> MasterResult:
+        """Give each worker every n-th request of ``schedule`` and wait until all are done or lost. With
+        ``think`` (a ``--think-time`` spec) each worker runs its share of the ``max_concurrency`` closed-loop
+        users over its requests."""
+        n = len(client_ids)
+        shares = split_concurrency(max_concurrency, n)
+        job = _Job(run_config, schedule, perf_counter() + START_LEAD_S, time.time() + START_LEAD_S, stop_timeout,
+                   think)
+        self._index_of = schedule.index_of()
+        for k, cid in enumerate(client_ids):
+            state = WorkerState(cid, self.runner.get_worker_index(cid))
+            state.assigned = set(range(k, len(schedule), n))
+            self.workers[cid] = state
+            self._send_job(state, sorted(state.assigned), job, shares[k])
+        stopped = forced = False
+        while not all(s.done or s.lost for s in self.workers.values()):
+            gevent.sleep(0.1)
+            if stop_event.is_set() and not stopped:
+                stopped = True
+                self._broadcast_stop(force=False)
+            if cut_event is not None and cut_event.is_set() and not forced:
+                forced = True
+                self._broadcast_stop(force=True)
+            self._check_workers(job, stopped, log)
+            if not stopped:
+                self._welcome_new_workers(job, log)
+        return self._result(job)
+
+    def _broadcast_stop(self, force: bool) -> None:
+        for cid in self.workers:
+            self.runner.send_message("llm_stop", {"force": force}, client_id=cid)
+
+    def _check_workers(self, job: _Job, stopped: bool, log: Callable[[str], None]) -> None:
+        """Re-assign what a leaving or vanished worker had not sent (unless the run is stopping)."""
+        alive = {c.id for c in self.runner.clients.all if c.state != "missing"}
+        for state in self.workers.values():
+            if state.leaving and not state.left:
+                # the worker was stopped on its own (SIGTERM: a pod evicted): what it had not sent goes on
+                state.left = True
+                todo = sorted(state.assigned - state.dispatched - state.received)
+                log(f"{state.name} stopped on its own: {state.records} records received from it, "
+                    f"{len(todo)} unsent requests re-assigned")
+                if not stopped:
+                    self._reassign(state, todo, alive, job)
+                continue
+            if state.done or state.lost or state.client_id in alive:
+                continue
+            state.lost = True
+            todo = sorted(state.assigned - state.dispatched - state.received)
+            in_flight = len(state.dispatched - state.received)
+            log(f"{state.name} disappeared: {state.records} records received from it, "
+                f"{in_flight} requests in flight with it are lost, {len(todo)} unsent requests re-assigned")
+            if not stopped:
+                self._reassign(state, todo, alive, job)
+
+    def _result(self, job: _Job) -> MasterResult:
+        end = max((r.end for r in self.records.values() if r.end is not None), default=perf_counter())
+        end = max(end, max((r.start for r in self.records.values()), default=job.start))
+        lost = sum(len(s.dispatched - s.received) for s in self.workers.values() if s.lost)
+        records = [self.records[i] for i in sorted(self.records)]
+        lags = [lag for i, r in sorted(self.records.items())
+                if i not in self.reassigned and (lag := r.schedule_lag) is not None]
+        unsent = len(job.schedule) - len(records) - lost
+        return MasterResult(records, job.start, end, list(self.workers.values()), lost, max(0, unsent), lags)
+
+    def _reassign(self, state: WorkerState, todo: list[int], alive: set[str], job: _Job) -> None:
+        """Give ``todo`` (requests ``state`` never sent) to the workers still running, in equal shares."""
+        def usable(s: WorkerState) -> bool:
+            return s is not state and not s.lost and not s.leaving and s.client_id in alive
+
+        survivors = [s for s in self.workers.values() if usable(s) and not s.done]
+        survivors = survivors or [s for s in self.workers.values() if usable(s)]
+        if not todo or not survivors:
+            return
+        state.assigned.difference_update(todo)
+        state.reassigned_away.update(todo)
+        for k, s in enumerate(survivors):
+            part = todo[k :: len(survivors)]
+            if part:
+                self.reassigned.update(part)
+                s.assigned.update(part)
+                s.done = False
+                self._send_job(s, part, job, None)
+
+    def _welcome_new_workers(self, job: _Job, log: Callable[[str], None]) -> None:
+        """A worker that connects mid-run takes an equal share of every busy worker's requests that are due
+        more than ``REBALANCE_MARGIN_S`` from now (so none of them can have been sent already)."""
+        for cid in [cid for cid in self.ready_workers() if cid not in self.workers]:
+            busy = [s for s in self.workers.values() if not s.done and not s.lost]
+            if not busy:
+                return
+            horizon = perf_counter() - job.start + REBALANCE_MARGIN_S
+            newcomer = WorkerState(cid, self.runner.get_worker_index(cid))
+            self.workers[cid] = newcomer
+            share = len(busy) + 1
+            moved: list[int] = []
+            for state in busy:
+                future = sorted(i for i in state.assigned - state.dispatched if job.schedule[i].offset > horizon)
+                take = future[::share][: len(future) // share]
+                if take:
+                    state.assigned.difference_update(take)
+                    self.runner.send_message("llm_revoke", {"indices": take}, client_id=state.client_id)
+                    moved.extend(take)
+            if moved:
+                newcomer.assigned = set(moved)
+                self._send_job(newcomer, sorted(moved), job, None)
+                log(f"{newcomer.name} joined: it takes {len(moved)} not yet due requests from the others")
+            else:
+                newcomer.done = True
+
+    @staticmethod
+    def merged_health(workers: Sequence[WorkerState], master: dict[str, Any]) -> dict[str, Any]:
+        """The busiest worker's CPU and lags (the verdict is made from these by ``health.judge``)."""
+        reports = [w.health for w in workers if w.health]
+        if not reports:
+            return master
+        merged = dict(master)
+        # schedule lag stays the master's: it leaves out requests re-assigned from dead workers (late on purpose)
+        for key in ("cpu_percent_mean", "cpu_percent_max", "loop_lag_p99_ms", "read_lag_p99_ms"):
+            values = [h[key] for h in reports if h.get(key) is not None]
+            if values:
+                merged[key] = max(values)  # the busiest worker decides
+        merged["per_worker"] = {w.name: w.health for w in workers if w.health}
+        return merged
+
+    @staticmethod
+    def job_items(schedule: Schedule, indices: Sequence[int]) -> list[list[Any]]:
+        """``[index, offset, prompt, prompt_len, output_len, request_id]`` per request (see job_requests)."""
+        items = []
+        for i in indices:
+            e = schedule[i]
+            items.append([i, e.offset, e.sample.prompt, e.sample.prompt_len, e.sample.expected_output_len,
+                          e.request_id])
+        return items
+
+    def _send_job(self, state: WorkerState, indices: Sequence[int], job: _Job, max_concurrency: int | None) -> None:
+        closed = None
+        if job.think is not None:
+            closed = {"users": max(1, max_concurrency or 1), "think": job.think}
+        self.runner.send_message(
+            "llm_job",
+            {"run": job.run_config, "start_wall": job.start_wall, "items": self.job_items(job.schedule, indices),
+             "max_concurrency": max_concurrency, "stop_timeout": job.stop_timeout, "closed": closed},
+            client_id=state.client_id,
+        )

@@ -1,0 +1,77 @@
+"""The end of a ``locust -f`` run: the summary ``llmload bench`` prints, with the run's accounting, and the
+records file (``--llm-records``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def run_accounting(run: Any) -> dict[str, int]:
+    """Requests planned, released and not sent over every load process of the run."""
+    if run.role == "master":
+        reports = list(run.reports.values())
+        planned = sum(int(r.get("planned", 0)) for r in reports)
+        dispatched = sum(int(r.get("dispatched", 0)) for r in reports)
+    else:
+        acc = run.accounting()
+        planned, dispatched = acc["planned"], acc["dispatched"]
+    records = len(run.records)
+    return {"planned": planned, "dispatched": dispatched, "not_sent": max(0, planned - dispatched),
+            "lost": max(0, dispatched - records)}
+
+
+def _run_slos(opts: Any) -> Any:
+    from llmload.metrics import parse_goodput
+
+    goodput = getattr(opts, "goodput", None)
+    return parse_goodput(goodput if isinstance(goodput, list) else goodput.split()) if goodput else None
+
+
+def _class_slos(run: Any) -> dict[str, dict[str, float]] | None:
+    """SLOs a locustfile set on its user classes (``goodput = {"ttft": 500}``): they replace ``--goodput`` for
+    that class's requests."""
+    from llmload.plugin.setup import user_classes
+
+    slos = {cls.__name__: dict(cls.goodput) for cls in user_classes(run.environment) if getattr(cls, "goodput", None)}
+    return slos or None
+
+
+def print_summary(run: Any) -> None:
+    from llmload.metrics import compute_metrics
+    from llmload.summary import format_summary
+
+    records = sorted(run.records.records, key=lambda r: (r.intended_send or r.start))
+    if not records:
+        return
+    opts = run.options
+    tokenizer = run.workload.tokenizer if run.workload is not None else None
+    for r in records:
+        if r.output_tokens_source == "pending" and tokenizer is not None:
+            r.output_tokens = len(tokenizer(r.generated_text, add_special_tokens=False).input_ids)
+            r.output_tokens_source = "tokenizer"
+    done = [r for r in records if r.chunk_times]
+    start = min(r.start for r in records)
+    end = max((r.end or r.start) for r in done) if done else start
+    metrics = compute_metrics(records, max(end - start, 1e-9), goodput_slos=_run_slos(opts),
+                              class_slos=_class_slos(run), ttft_rule=opts.ttft_rule,
+                              selected_metrics=getattr(opts, "percentile_metrics", None) or ("ttft", "tpot", "itl"),
+                              selected_percentiles=getattr(opts, "metric_percentiles", None) or (99.0,))
+    lines = [format_summary(metrics, backend_label=opts.backend)]
+    acc = run_accounting(run)
+    lines.append(f"{'Requests in the schedule:':<40} {acc['planned']:<10}")
+    lines.append(f"{'Not sent (run stopped early):':<40} {acc['not_sent']:<10}")
+    if run.role == "master":
+        by_worker: dict[str, int] = {}
+        for r in records:
+            by_worker[r.worker] = by_worker.get(r.worker, 0) + 1
+        lines += [f"{'Records from ' + w + ':':<40} {n:<10}" for w, n in sorted(by_worker.items())]
+        lines.append(f"{'Lost with dead workers:':<40} {acc['lost']:<10}")
+    print("\n".join(lines), file=sys.stderr, flush=True)
+    path = getattr(opts, "llm_records", "")
+    if path:
+        from llmload.bench.results import write_records
+
+        write_records(Path(path), records)
+        print(f"llmload: wrote {len(records)} request records to {path}", file=sys.stderr, flush=True)

@@ -1,0 +1,310 @@
+"""One ``locust -f`` run on the run core, kept on its Locust environment (``environment.llmload``).
+
+Headless, a run is the same finite schedule ``llmload bench`` sends for the same options, and the test ends when
+it has been sent and answered (or at ``-t``). In the web UI the open loop runs on a steerable
+:class:`~llmload.core.schedule.LiveSchedule` and the closed loop cycles over the prompts until stopped.
+
+Open loop: one dispatcher per load process sends its share of the global schedule; Locust's users only idle.
+Closed loop: Locust's users are the loops (``-u``), each taking the next request of this process's share.
+Distributed: the master builds the schedule and hands each worker its share in ``llm_plan`` (before Locust's
+spawn messages, on the same ordered channel); workers ship records through the one record path
+(:mod:`llmload.core.messages`) and say ``llm_done`` with their accounting. docs/design.md has the messages.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from time import perf_counter
+from typing import Any
+
+import gevent
+from gevent.event import Event
+
+from llmload.core.dispatch import (
+    LEAD_S,
+    CyclingQueue,
+    RequestQueue,
+    StopControl,
+    Tally,
+    closed_loop_step,
+    run_live_open_loop,
+    run_open_loop,
+)
+from llmload.core.messages import clock_offset
+from llmload.core.schedule import LiveSchedule, Schedule, Scheduled, request_ids
+from llmload.core.sink import BatchShipper, RecordList
+from llmload.core.state import RunState
+from llmload.errors import LLMLoadError
+from llmload.plugin.cluster import ClusterRole
+
+#: a rate change applies this far in the schedule's future, so every worker hears of it first
+STEER_LEAD_S = 0.5
+
+
+class LocustRun(ClusterRole, RunState):
+    """The state of one environment's run; Locust's events call its ``on_*`` methods."""
+
+    def __init__(self, environment: Any) -> None:
+        from locust.runners import MasterRunner, WorkerRunner
+
+        super().__init__()
+        self.environment = environment
+        self.runner = environment.runner
+        self.role = ("master" if isinstance(self.runner, MasterRunner)
+                     else "worker" if isinstance(self.runner, WorkerRunner) else "local")
+        opts = environment.parsed_options
+        self.headless = bool(getattr(opts, "headless", True)) or environment.web_ui is None
+        #: records of this test (master and local runner)
+        self.records = RecordList()
+        self.shipper = BatchShipper(self.runner.send_message) if self.role == "worker" else None
+        self.control = StopControl()
+        self.workload: Any = None
+        self.schedule: Schedule | LiveSchedule | None = None
+        self._workload_key: tuple | None = None
+        #: this process's part of the run
+        self.share: list[Scheduled] = []
+        self.queue: RequestQueue | None = None
+        self.dispatcher: gevent.Greenlet | None = None
+        self.tally = Tally()
+        self.start = 0.0
+        self.finished = False
+        self.rate_changed = Event()
+        self._senders: dict[str, Any] = {}
+        #: master: each worker's llm_done, and which workers finished their share
+        self.reports: dict[str, dict[str, Any]] = {}
+        self._finished_workers: set[str] = set()
+        self._plan: dict[str, Any] | None = None
+        self._my_clock = clock_offset()
+        #: the web UI's LLM tab (master or local runner with a web UI)
+        self.tab: Any = None
+
+    # -- what the run sends --------------------------------------------------------------------------------
+
+    @property
+    def options(self) -> Any:
+        return self.environment.parsed_options
+
+    @property
+    def open_loop(self) -> bool:
+        if self.role == "worker" and self._plan is not None:
+            return bool(self._plan.get("open_loop"))  # the master's options decide, as they were at its start
+        return getattr(self.options, "arrival", "closed") == "open"
+
+    @property
+    def sink(self) -> Any:
+        return self.shipper if self.shipper is not None else self.records
+
+    def prepare(self) -> None:
+        """Load the workload and build the schedule (again only when the options changed). LLMLoadError: one
+        line, the run cannot start."""
+        from llmload.options import normalize_options
+        from llmload.plugin.setup import build_schedule, configure_classes, load_workload
+
+        opts = self.options
+        normalize_options(opts)  # the web UI's start form gives strings back
+        host = (self.environment.host or "").rstrip("/")
+        key = tuple(sorted((k, str(v)) for k, v in vars(opts).items()))
+        if key != self._workload_key:
+            self.workload = load_workload(opts, host)
+            self._workload_key = key
+            self.schedule = build_schedule(opts, self.workload.samples, self.environment, live=not self.headless)
+        configure_classes(self.environment, opts, self.workload.model)
+
+    def sender_for(self, request: Scheduled) -> Any:
+        """The user that sends ``request`` in the open loop: one instance per user class and process."""
+        from llmload.plugin.setup import user_classes
+
+        classes = {cls.__name__: cls for cls in user_classes(self.environment)}
+        name = request.user_class if request.user_class in classes else next(iter(classes))
+        sender = self._senders.get(name)
+        if sender is None:
+            sender = self._senders[name] = classes[name](self.environment)
+        return sender
+
+    # -- Locust's events -----------------------------------------------------------------------------------
+
+    def on_test_start(self) -> None:
+        self.control = StopControl(stop_timeout=float(self.environment.stop_timeout or 0.0))
+        self.finished = False
+        self.tally = Tally()
+        self._senders = {}
+        try:
+            if self.role == "master":
+                self.records.clear()
+                self.reports.clear()
+                self._finished_workers.clear()
+                self.prepare()  # the web UI's start form may have changed the options
+                self._send_plans()
+            elif self.role == "local":
+                self.records.clear()
+                self.prepare()
+                self._begin(self._local_plan())
+            else:
+                from llmload.plugin.setup import configure_classes
+
+                configure_classes(self.environment, self.options, (self._plan or {}).get("model", ""))
+                self._begin(self._plan or {})
+        except LLMLoadError as exc:
+            sys.stderr.write(f"llmload: error: {exc}\n")
+            self.environment.process_exit_code = exc.exit_code
+            gevent.spawn(self.runner.quit)
+
+    def on_test_stopping(self) -> None:
+        self.control.stop.set()
+        if self.role == "master":
+            self._await_final_batches()
+
+    def on_test_stop(self) -> None:
+        if self.role == "master":
+            return
+        if self.dispatcher is not None:
+            self.dispatcher.join()
+        if self.role == "worker" and self.shipper is not None:
+            self.shipper.flush()
+            self.runner.send_message("llm_done", self.accounting())
+
+    def on_quitting(self) -> None:
+        if self.role == "worker":
+            return
+        if self.runner is not None and self.runner.state not in ("stopped", "init", "ready"):
+            self.runner.stop()  # Ctrl-C or SIGTERM: Locust quits without stopping first
+        from llmload.plugin.report import print_summary
+
+        print_summary(self)
+
+    # -- this process's share ------------------------------------------------------------------------------
+
+    def _local_plan(self) -> dict[str, Any]:
+        return {"max_concurrency": getattr(self.options, "max_concurrency", None) or None, "index": 0, "count": 1}
+
+    def _begin(self, plan: dict[str, Any]) -> None:
+        """Start sending this process's share: the dispatcher (open loop) or the users' queue (closed loop)."""
+        start_wall = plan.get("start_wall")
+        self.start = perf_counter() + (start_wall - time.time() if start_wall else LEAD_S)
+        index, count = int(plan.get("index", 0)), int(plan.get("count", 1))
+        if self.role == "worker":
+            self.share = self._requests_from_plan(plan)
+        elif isinstance(self.schedule, Schedule):
+            self.share = list(self.schedule)
+        else:
+            self.share = _sample_requests(self.workload.samples)
+        if self.open_loop:
+            for request in self.share[:1]:
+                self.sender_for(request)  # built now, not as the first request is due
+            self.dispatcher = gevent.spawn(self._dispatch, plan.get("max_concurrency"), index, count)
+        elif self.headless:
+            self.queue = RequestQueue(self.share)
+        else:
+            self.queue = CyclingQueue(self.share)
+
+    def _requests_from_plan(self, plan: dict[str, Any]) -> list[Scheduled]:
+        from llmload.distributed.worker import job_requests
+
+        requests = job_requests(plan.get("items", []))
+        live = plan.get("live")
+        if not live:
+            self.schedule = None
+            return requests
+        self.schedule = LiveSchedule([r.sample for r in requests], live["rate"], live["burstiness"], live["seed"],
+                                     [tuple(c) for c in live["classes"]])
+        return requests[int(plan.get("index", 0))::int(plan.get("count", 1))]  # closed loop: cycle over mine
+
+    def _dispatch(self, max_concurrency: int | None, index: int, count: int) -> None:
+        if isinstance(self.schedule, LiveSchedule):
+            self.tally = run_live_open_loop(self.schedule, self.sender_for, self.sink, changed=self.rate_changed,
+                                            mine=lambda i: i % count == index, max_concurrency=max_concurrency,
+                                            control=self.control, start_at=self.start)
+        else:
+            self.tally = run_open_loop(self.share, self.sender_for, self.sink, max_concurrency=max_concurrency,
+                                       control=self.control, start_at=self.start)
+        if not self.control.stop.is_set():
+            self._share_done()
+
+    def user_step(self, user: Any) -> None:
+        """A Locust user's task: closed loop, stream the next request; open loop, idle (the dispatcher sends)."""
+        from locust.exception import StopUser
+
+        if self.open_loop:
+            self.control.stop.wait(1.0)
+            return
+        if self.queue is None or self.control.stop.is_set():
+            raise StopUser()
+        if not closed_loop_step(self.queue, user, self.sink):
+            if self.in_flight == 0:
+                self._share_done()
+            raise StopUser()
+
+    def accounting(self) -> dict[str, int]:
+        """Requests this process had to send, and how many it released (the rest were not sent)."""
+        if self.open_loop:
+            dispatched = self.tally.dispatched
+        else:
+            dispatched = self.queue.taken if self.queue is not None else 0
+        planned = len(self.share) if self.headless else dispatched
+        return {"planned": planned, "dispatched": dispatched}
+
+    def _share_done(self) -> None:
+        """Everything of this process's share was sent and answered: end the test (headless) or say so."""
+        if self.finished or not self.headless:
+            return
+        self.finished = True
+        if self.role == "worker":
+            self.runner.send_message("llm_finished", {})
+        else:
+            gevent.spawn(self.runner.quit)
+
+    # -- steering (web UI) ---------------------------------------------------------------------------------
+
+    def set_rate(self, rate: float) -> None:
+        """The open-loop rate for the whole test from shortly after now, on every process alike."""
+        self.options.request_rate = rate
+        from_offset = perf_counter() - self.start + STEER_LEAD_S
+        if self.role == "master":
+            self.runner.send_message("llm_set", {"request_rate": rate, "from_offset": from_offset})
+        else:
+            self._apply_rate(rate, from_offset)
+
+    def _apply_rate(self, rate: float, from_offset: float) -> None:
+        if isinstance(self.schedule, LiveSchedule):
+            self.schedule.set_rate(rate, from_offset)
+            self.rate_changed.set()
+
+def _sample_requests(samples: list[Any]) -> list[Scheduled]:
+    return [Scheduled(i, 0.0, s, rid) for i, (s, rid) in enumerate(zip(samples, request_ids(samples, len(samples)),
+                                                                       strict=True))]
+
+
+def attach(environment: Any) -> LocustRun:
+    """Give ``environment`` its run: role-specific messages, the workload built before the run timer starts."""
+    run = LocustRun(environment)
+    environment.llmload = run
+    runner = run.runner
+    if runner is None:
+        return run
+    _install_shape(run)
+    run.register()
+    if run.role == "worker":
+        return run
+    try:
+        run.prepare()  # before Locust starts its run timer (-t), not inside the timed run
+    except LLMLoadError as exc:
+        sys.stderr.write(f"llmload: error: {exc}\n")
+        sys.exit(exc.exit_code)
+    return run
+
+
+def _install_shape(run: LocustRun) -> None:
+    """``--user-shape``: Locust's LoadTestShape, built from the option (closed loop)."""
+    spec = getattr(run.options, "user_shape", "")
+    if not spec or run.role == "worker":
+        return
+    from llmload.shapes import parse_shape, user_shape_class
+
+    try:
+        shape = user_shape_class(parse_shape(spec, "--user-shape"))()
+    except LLMLoadError as exc:
+        sys.stderr.write(f"llmload: error: {exc}\n")
+        sys.exit(2)
+    shape.runner = run.runner
+    run.environment.shape_class = shape

@@ -1,0 +1,110 @@
+"""Turn Locust's parsed options into the run's pieces: the target's model and tokenizer, the samples, the
+schedule, and the settings every LLM user class gets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from llmload.core.schedule import LiveSchedule, Schedule
+from llmload.core.workload import dataset_options, forces_output_len, schedule_spec
+from llmload.errors import LLMLoadError
+
+
+@dataclass
+class Workload:
+    samples: list[Any]
+    tokenizer: Any
+    tokenizer_id: str
+    model: str
+
+
+def api_key(opts: Any) -> str | None:
+    from llmload import options
+
+    return options.api_key(opts)
+
+
+def resolve_target(opts: Any, host: str) -> tuple[str, str | None, bool]:
+    """The model to name in requests, the tokenizer the server suggests (the simulator names its own), and
+    whether the server is llmload's simulator."""
+    from llmload.target import describe_server
+
+    model = getattr(opts, "model", "") or ""
+    if not host:
+        return model, None, False
+    try:
+        info = describe_server(host, api_key(opts), timeout=min(float(getattr(opts, "read_timeout", 0) or 30), 30.0))
+    except LLMLoadError:
+        return model, None, False  # the first request will say what is wrong with the server
+    return model or (info.models[0] if info.models else ""), info.tokenizer, info.is_simulator
+
+
+def load_workload(opts: Any, host: str) -> Workload:
+    """Dataset and tokenizer, as ``llmload bench`` loads them. Raises LLMLoadError with one line."""
+    from llmload._compat import import_transformers
+    from llmload.datasets import load_samples
+    from llmload.errors import DatasetError
+    from llmload.options import prompt_count
+    from llmload.tokenizer import load_tokenizer
+
+    model, hint, simulator = resolve_target(opts, host)
+    tokenizer_id = getattr(opts, "tokenizer", "") or hint or model or "builtin"
+    import_transformers()
+    tokenizer = load_tokenizer(tokenizer_id, trust_remote_code=bool(getattr(opts, "trust_remote_code", False)))
+    num_prompts = prompt_count(opts, simulator=simulator)
+    samples = load_samples(opts.dataset_name, getattr(opts, "dataset_path", "") or None, tokenizer, num_prompts,
+                           int(getattr(opts, "seed", 0) or 0), **dataset_options(opts))
+    if not samples:
+        raise DatasetError("the dataset gave no usable prompts")
+    return Workload(samples, tokenizer, tokenizer_id, model)
+
+
+def user_classes(environment: Any) -> list[type]:
+    from llmload.users import LLMUser
+
+    return [cls for cls in environment.user_classes if issubclass(cls, LLMUser)]
+
+
+def class_weights(environment: Any) -> list[tuple[str, float]]:
+    """``(name, weight)`` of each LLM user class, for the open loop's per-request class draw."""
+    return [(cls.__name__, float(getattr(cls, "fixed_count", 0) or getattr(cls, "weight", 1) or 1))
+            for cls in user_classes(environment)]
+
+
+def build_schedule(opts: Any, samples: list[Any], environment: Any, live: bool) -> Schedule | LiveSchedule:
+    """The run's schedule: finite and exactly ``llmload bench``'s headless; steerable in the web UI."""
+    spec = schedule_spec(opts)
+    classes = class_weights(environment)
+    if live:
+        rate = spec.request_rate if spec.request_rate != float("inf") else 1.0
+        return LiveSchedule(samples, rate, spec.burstiness, spec.seed, classes)
+    return Schedule.build(spec, samples, classes)
+
+
+def configure_classes(environment: Any, opts: Any, model: str) -> None:
+    """Give every LLM user class the run's settings, unless the locustfile set them on the class itself."""
+    from llmload.arrivals import parse_think_time
+
+    think = parse_think_time(opts.think_time) if getattr(opts, "think_time", "") else None
+    settings = {
+        "backend": opts.backend,
+        "endpoint": getattr(opts, "endpoint", "") or None,
+        "model": getattr(opts, "served_model_name", "") or model,
+        "ignore_eos": forces_output_len(opts),
+        "ttft_rule": opts.ttft_rule,
+        "api_key": api_key(opts),
+        "connection_timeout": float(getattr(opts, "connect_timeout", 0) or 30.0),
+        "network_timeout": float(getattr(opts, "read_timeout", 0) or 600.0),
+        "request_timeout": getattr(opts, "request_timeout", None) or None,
+    }
+    settings["think"] = staticmethod(think) if think is not None else None
+    for cls in user_classes(environment):
+        # what the locustfile itself set on the class stays; the rest follows the options on every test start
+        own = cls.__dict__.get("_llmload_own")
+        if own is None:
+            own = frozenset(cls.__dict__)
+            cls._llmload_own = own
+        for name, value in settings.items():
+            if name not in own:
+                setattr(cls, name, value)
