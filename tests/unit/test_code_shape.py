@@ -34,10 +34,6 @@ ALLOW_LIST = (
     "llmload/webui/*",
     "llmload/metrics/*",
     "llmload/options/*",
-    # the modules those packages replace, deleted in the same rework
-    "llmload/bench/dispatch.py",
-    "llmload/distributed.py",
-    "llmload/plugin.py",
 )
 
 
