@@ -13,7 +13,7 @@ What resembles ShareGPT:
   prompts are pasted documents above vLLM's 1024-token cut, a few are "hi"-sized and below 4);
 * text: English-like sentences from a built-in Zipf-weighted word list, lists, and some code.
 
-Calibration: DESIGN.md asks for about 220 prompt and 200 output tokens on average after vLLM's
+Calibration (docs/design.md, "Workload"): the design asks for about 220 prompt and 200 output tokens on average after vLLM's
 filtering *with Llama-2's tokenizer*. That tokenizer is not available offline, so the parameters
 below were calibrated with the builtin tokenizer (``llmload/data/tokenizer``, trained by
 ``datasets/make_tokenizer.py`` on this very file); Llama-2 would count somewhat differently.

@@ -2,7 +2,7 @@
 
 The stream is read by :mod:`llmload.transport`: every ``recv`` is timestamped the moment it returns and the
 lines it completed carry that time; JSON is parsed after the stream, or live when someone listens to the
-``first_token``/``token`` hooks (DESIGN §8: per-event work in the read loop delays later timestamps).
+``first_token``/``token`` hooks (docs/design.md "Transport": per-event work in the read loop delays later timestamps).
 Locust's stats table gets three rows per request, ``LLM E2E`` (with failures), ``LLM TTFT`` and
 ``LLM TPOT``, for the live view; reported numbers come from :class:`RequestRecord`.
 """

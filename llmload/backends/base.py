@@ -23,7 +23,7 @@ class StreamEvent(NamedTuple):
 
     #: this event's new text (a delta, even where the wire sends cumulative text)
     text: str = ""
-    #: the event carries content: non-empty text, reasoning or a tool-call delta (DESIGN §3 TTFT rule)
+    #: the event carries content: non-empty text, reasoning or a tool-call delta (docs/design.md "Metric definitions", TTFT rule)
     content: bool = False
     #: counts under vLLM's TTFT rule: OpenAI events with a non-empty ``choices``; native dialects'
     #: events that carry a generation step

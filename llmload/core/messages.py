@@ -3,15 +3,21 @@
 ``{"records": [RequestRecord.to_dict()...], "dispatched": [global schedule index...], "clock": float}``:
 ``clock`` is the worker's ``time.time() - perf_counter()``, so the master moves record times onto its own
 timeline (:func:`shift_record`). docs/design.md, "Distributed protocol", lists every message.
+
+Requests travel the other way as job items, ``[index, offset, prompt, prompt_len, output_len, request_id,
+user_class]`` (:func:`job_items` / :func:`job_requests`), the same for ``llmload bench`` and ``locust -f``.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
+from llmload.core.schedule import Schedule, Scheduled
+from llmload.datasets.base import SampleRequest
 from llmload.records import RequestRecord
 
 RECORDS = "llm_records"
@@ -55,3 +61,23 @@ def shift_record(record: RequestRecord, shift: float) -> None:
         if value is not None:
             setattr(record, name, value + shift)
     record.chunk_times = [t + shift for t in record.chunk_times]
+
+
+def job_items(schedule: Schedule, indices: Sequence[int]) -> list[list[Any]]:
+    """The requests ``indices`` of ``schedule`` as job items (prompts included: workers need no dataset)."""
+    return [item(schedule[i]) for i in indices]
+
+
+def item(request: Scheduled) -> list[Any]:
+    s = request.sample
+    return [request.index, request.offset, s.prompt, s.prompt_len, s.expected_output_len, request.request_id,
+            request.user_class]
+
+
+def job_requests(items: list[list[Any]]) -> list[Scheduled]:
+    """The requests of a job, with their run-wide ids and user classes."""
+    out = []
+    for idx, off, prompt, prompt_len, output_len, rid, *rest in items:
+        sample = SampleRequest(prompt=prompt, prompt_len=prompt_len, expected_output_len=output_len, request_id=rid)
+        out.append(Scheduled(int(idx), float(off), sample, rid, rest[0] if rest else ""))
+    return out

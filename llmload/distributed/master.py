@@ -14,7 +14,7 @@ from typing import Any
 import gevent
 from gevent.event import Event
 
-from llmload.core.messages import clock_offset, read_records_message
+from llmload.core.messages import clock_offset, job_items, read_records_message
 from llmload.core.schedule import Schedule
 from llmload.distributed.worker import auth_proof
 from llmload.records import RequestRecord
@@ -309,23 +309,13 @@ class BenchMaster:
         merged["per_worker"] = {w.name: w.health for w in workers if w.health}
         return merged
 
-    @staticmethod
-    def job_items(schedule: Schedule, indices: Sequence[int]) -> list[list[Any]]:
-        """``[index, offset, prompt, prompt_len, output_len, request_id]`` per request (see job_requests)."""
-        items = []
-        for i in indices:
-            e = schedule[i]
-            items.append([i, e.offset, e.sample.prompt, e.sample.prompt_len, e.sample.expected_output_len,
-                          e.request_id])
-        return items
-
     def _send_job(self, state: WorkerState, indices: Sequence[int], job: _Job, max_concurrency: int | None) -> None:
         closed = None
         if job.think is not None:
             closed = {"users": max(1, max_concurrency or 1), "think": job.think}
         self.runner.send_message(
             "llm_job",
-            {"run": job.run_config, "start_wall": job.start_wall, "items": self.job_items(job.schedule, indices),
+            {"run": job.run_config, "start_wall": job.start_wall, "items": job_items(job.schedule, indices),
              "max_concurrency": max_concurrency, "stop_timeout": job.stop_timeout, "closed": closed},
             client_id=state.client_id,
         )

@@ -13,9 +13,9 @@ import gevent
 from gevent.event import Event
 
 from llmload.core.dispatch import RequestQueue, StopControl, Tally, run_closed_loop, run_open_loop
+from llmload.core.messages import job_requests
 from llmload.core.schedule import Scheduled
 from llmload.core.sink import BatchShipper
-from llmload.datasets.base import SampleRequest
 
 #: how often workers ship record batches
 BATCH_INTERVAL_S = 0.25
@@ -28,13 +28,6 @@ RESUME_WAIT_S = 10.0
 def auth_proof(token: str, nonce: str, worker_id: str) -> str:
     """What a worker answers to the master's challenge: the token itself never goes over the wire."""
     return hmac.new(token.encode(), f"{nonce}:{worker_id}".encode(), hashlib.sha256).hexdigest()
-
-
-def job_requests(items: list[list[Any]]) -> list[Scheduled]:
-    """The requests of an ``llm_job`` (see :meth:`BenchMaster.job_items`), with their run-wide ids."""
-    return [Scheduled(int(idx), float(off), SampleRequest(prompt=p, prompt_len=pl, expected_output_len=ol,
-                                                          request_id=rid), rid)
-            for idx, off, p, pl, ol, rid in items]
 
 
 class BenchWorker:

@@ -42,6 +42,7 @@ class ClusterRole:
     reports: dict[str, dict[str, Any]]
     shipper: Any
     finished: bool
+    headless: bool
     start: float
     _plan: dict[str, Any] | None
     _finished_workers: set[str]
@@ -61,7 +62,8 @@ class ClusterRole:
 
     def _send_plans(self) -> None:
         """Each worker's share of the one schedule, sent before Locust's spawn messages."""
-        from llmload.distributed import BenchMaster, split_concurrency
+        from llmload.core.messages import job_items
+        from llmload.distributed import split_concurrency
         from llmload.plugin.setup import class_weights
 
         clients = sorted(self.runner.clients.values(), key=lambda c: self.runner.get_worker_index(c.id))
@@ -79,10 +81,10 @@ class ClusterRole:
                 items = sample_items(self.schedule.samples)
             else:
                 assert isinstance(self.schedule, Schedule)
-                items = BenchMaster.job_items(self.schedule, [e.index for e in self.schedule.share(k, count)])
+                items = job_items(self.schedule, [e.index for e in self.schedule.share(k, count)])
             self.runner.send_message("llm_plan", {"items": items, "start_wall": start_wall, "index": k,
                                                   "count": count, "max_concurrency": caps[k], "live": live,
-                                                  "open_loop": self.open_loop,
+                                                  "open_loop": self.open_loop, "headless": self.headless,
                                                   "model": self.workload.model}, client_id=client.id)
 
     def _await_final_batches(self) -> None:
@@ -116,6 +118,7 @@ class ClusterRole:
 
     def on_plan(self, msg: Any, **_: Any) -> None:
         self._plan = dict(msg.data or {})
+        self.headless = bool(self._plan.get("headless", True))  # the master's web UI decides
 
     def on_stop(self, msg: Any = None, **_: Any) -> None:
         self.runner.stop()  # fires test_stopping / test_stop here: the share drains and llm_done goes out
@@ -134,5 +137,8 @@ class ClusterRole:
 
 
 def sample_items(samples: list[Any]) -> list[list[Any]]:
-    return [[i, 0.0, s.prompt, s.prompt_len, s.expected_output_len, s.request_id or str(i)]
-            for i, s in enumerate(samples)]
+    """Every sample as a job item (the web UI's live schedule: each worker draws the whole sequence)."""
+    from llmload.core.messages import item
+    from llmload.core.schedule import Scheduled
+
+    return [item(Scheduled(i, 0.0, s, s.request_id or str(i))) for i, s in enumerate(samples)]

@@ -54,7 +54,8 @@ def print_summary(run: Any) -> None:
     done = [r for r in records if r.chunk_times]
     start = min(r.start for r in records)
     end = max((r.end or r.start) for r in done) if done else start
-    metrics = compute_metrics(records, max(end - start, 1e-9), goodput_slos=_run_slos(opts),
+    lags = [lag for r in records if (lag := r.schedule_lag) is not None]
+    metrics = compute_metrics(records, max(end - start, 1e-9), goodput_slos=_run_slos(opts), schedule_lags_s=lags or None,
                               class_slos=_class_slos(run), ttft_rule=opts.ttft_rule,
                               selected_metrics=getattr(opts, "percentile_metrics", None) or ("ttft", "tpot", "itl"),
                               selected_percentiles=getattr(opts, "metric_percentiles", None) or (99.0,))

@@ -199,7 +199,7 @@ class LocustRun(ClusterRole, RunState):
             self.queue = CyclingQueue(self.share)
 
     def _requests_from_plan(self, plan: dict[str, Any]) -> list[Scheduled]:
-        from llmload.distributed.worker import job_requests
+        from llmload.core.messages import job_requests
 
         requests = job_requests(plan.get("items", []))
         live = plan.get("live")

@@ -2,7 +2,7 @@
 
 Why not geventhttpclient's ``readline``, or even one gevent ``recv`` per stream: each costs a hub switch and
 Python work per event, and a batching server delivers a burst of events to every stream at once, so the
-client's per-event work delays every later timestamp in the burst (DESIGN §8). Here a :class:`Reactor` (one
+client's per-event work delays every later timestamp in the burst (docs/design.md, "Transport"). Here a :class:`Reactor` (one
 per process, shared by every :class:`Pool`, is the intent) watches a single epoll set holding every stream's
 socket; when gevent's loop reports it ready, a callback reads every ready socket, timestamps each read the
 moment it returns, and undoes the framing with a few slice operations (:class:`ResponseParser`). Complete SSE

@@ -76,7 +76,7 @@ class Pool:
         """Send one request and read the whole response. ``on_lines(response, first_new_index)`` is called after
         each read that completed lines (live listeners); otherwise lines are only collected.
         ``before_send()`` runs once a connection is in hand, immediately before the bytes go out (the ``st``
-        of DESIGN §3: connection set-up is not part of TTFT)."""
+        of docs/design.md "Metric definitions": connection set-up is not part of TTFT)."""
         data = self._encode(method, path, headers, body)
         conn: Connection | None = None  # None while a connection is being opened
         parser = ResponseParser(on_lines)

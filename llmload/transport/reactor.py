@@ -2,7 +2,7 @@
 
 Why not one gevent ``recv`` per stream: each costs a hub switch and Python work per event, and a batching
 server delivers a burst of events to every stream at once, so per-event work delays every later timestamp in
-the burst (DESIGN §8). A :class:`Reactor` watches one epoll set holding the sockets of every request it reads;
+the burst (docs/design.md, "Transport"). A :class:`Reactor` watches one epoll set holding the sockets of every request it reads;
 when gevent's loop reports it ready, a callback reads every ready socket and stamps each read with the kernel's
 arrival time (``SO_TIMESTAMPNS``) or, without one, the moment the read returned.
 

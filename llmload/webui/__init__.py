@@ -12,10 +12,11 @@ from typing import Any
 __all__ = ["install"]
 
 
-def install() -> None:
-    """Add the tab's listeners to Locust's events (once, however often it is called)."""
-    from locust import events
-
+def install(events: Any = None) -> None:
+    """Add the tab's listeners to ``events`` (Locust's global ``locust.events`` unless given), once however
+    often it is called."""
+    if events is None:
+        from locust import events
     if _on_init in events.init._handlers:
         return
     events.init.add_listener(_on_init)

@@ -116,8 +116,8 @@ class LLMTab:
     # -- steering -------------------------------------------------------------------------------------------
 
     def set_rate(self, rate: float) -> None:
-        """The open-loop rate, requests/s for the whole test: here and, in a distributed run, on every worker
-        (open-loop users re-read it at least every 0.5 s)."""
+        """The open-loop rate, requests/s for the whole test: the run's live schedule takes it from 0.5 s from now,
+        here and, in a distributed run, on every worker (:meth:`llmload.plugin.run.LocustRun.set_rate`)."""
         run = getattr(self.environment, "llmload", None)
         if run is not None:
             run.set_rate(rate)

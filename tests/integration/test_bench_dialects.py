@@ -106,7 +106,7 @@ def test_dialect_parsed(child_runner, sims, case: str) -> None:
 
 def test_transformers_vllm_ttft_rule_counts_role_chunk(child_runner, sims) -> None:
     """--ttft-rule vllm takes transformers serve's early role chunk as the first token: TTFT far below the
-    real 200 ms. This is the rule difference DESIGN §3 describes."""
+    real 200 ms. This is the rule difference docs/design.md "Metric definitions" describes."""
     run, _ = bench_against(child_runner, sims, (*TIMING, "--dialect", "transformers"), "--backend", "openai-chat",
                            "--ttft-rule", "vllm")
     data, records = assert_clean(run)

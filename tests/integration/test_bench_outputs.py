@@ -120,7 +120,7 @@ def block_labels(block: list[str]) -> tuple[list[str], dict[str, str]]:
 
 
 def dist(values_s: list[float], percentiles: list[float]) -> dict[str, float]:
-    """numpy statistics in ms the way DESIGN §3 defines them (empty list -> 0)."""
+    """numpy statistics in ms the way docs/design.md "Metric definitions" defines them (empty list -> 0)."""
     a = np.asarray(values_s, dtype=float) * 1000.0 if values_s else np.zeros(1)
     out = {"mean": float(np.mean(a)), "median": float(np.median(a)), "std": float(np.std(a))}
     for p in percentiles:
@@ -130,7 +130,7 @@ def dist(values_s: list[float], percentiles: list[float]) -> dict[str, float]:
 
 def recompute(records: list[dict], duration: float, percentiles: list[float],
               slos_ms: dict[str, float] | None = None) -> dict[str, float]:
-    """Every reported number, from the raw records alone (DESIGN §3)."""
+    """Every reported number, from the raw records alone (docs/design.md "Metric definitions")."""
     done = [r for r in records if r["success"] and not r["cut_off"]]
     ttfts = [r["first_token"] - r["start"] for r in done]
     e2els = [r["chunk_times"][-1] - r["start"] for r in done]
@@ -166,7 +166,7 @@ def recompute(records: list[dict], duration: float, percentiles: list[float],
 
 def vllm_schedule(n: int, rate: float, burstiness: float, seed: int) -> np.ndarray:
     """vLLM's get_request(): np.random.seed(seed), one gamma draw per request, cumulative, rescaled so the
-    last send lands at n / rate (DESIGN §5). Written out here as the reference."""
+    last send lands at n / rate (docs/design.md "Schedule"). Written out here as the reference."""
     state = np.random.get_state()
     try:
         np.random.seed(seed)

@@ -60,7 +60,7 @@ def build_model(path: Path) -> None:
     model.generation_config = GenerationConfig(bos_token_id=tokenizer.bos_token_id, eos_token_id=None,
                                                pad_token_id=tokenizer.pad_token_id)
     model.save_pretrained(path)
-    # a random model hits EOS early unless eos_token_id is null in both files (DESIGN §10)
+    # a random model hits EOS early unless eos_token_id is null in both files (docs/design.md "Wire dialects")
     for name in ("config.json", "generation_config.json"):
         data = json.loads((path / name).read_text())
         data["eos_token_id"] = None

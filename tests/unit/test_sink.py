@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from llmload.core.messages import RECORDS, clock_offset, read_records_message
+from llmload.core.messages import RECORDS, clock_offset, job_items, job_requests, read_records_message
+from llmload.core.schedule import Schedule, ScheduleSpec
 from llmload.core.sink import BatchShipper, RecordList
+from llmload.datasets.base import SampleRequest
 from llmload.records import RequestRecord
 
 
@@ -56,3 +58,15 @@ def test_master_reads_a_batch_onto_its_own_clock() -> None:
     assert abs(got.start - (original.start + 2.5)) < 1e-3
     assert all(abs(a - (b + 2.5)) < 1e-3 for a, b in zip(got.chunk_times, original.chunk_times, strict=True))
     assert abs((got.first_token - got.start) - (original.first_token - original.start)) < 1e-9
+
+
+def test_job_items_carry_everything_a_worker_sends() -> None:
+    samples = [SampleRequest(prompt=f"p{i}", prompt_len=i + 3, expected_output_len=7, request_id=f"id{i}")
+               for i in range(5)]
+    schedule = Schedule.build(ScheduleSpec(request_rate=10, seed=2), samples, [("Chat", 1.0), ("Long", 1.0)])
+    back = job_requests(job_items(schedule, [1, 3, 4]))
+    for got, want in zip(back, [schedule[1], schedule[3], schedule[4]], strict=True):
+        assert (got.index, got.offset, got.request_id, got.user_class) == \
+            (want.index, want.offset, want.request_id, want.user_class)
+        assert (got.sample.prompt, got.sample.prompt_len, got.sample.expected_output_len) == \
+            (want.sample.prompt, want.sample.prompt_len, want.sample.expected_output_len)

@@ -1,0 +1,192 @@
+"""The main run of ``llmload bench``: in this process or on workers (``--processes``, ``--master``), with
+progress, client-health sampling and a quiet garbage collector, ending in one :class:`Outcome`."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+from llmload.bench.console import log
+from llmload.bench.plan import RunPlan
+from llmload.bench.setup import Target, Workload
+from llmload.errors import ConfigError, LLMLoadError
+
+
+class Outcome:
+    """What a run produced, single-process or distributed."""
+
+    def __init__(self, records: list, duration: float, schedule_lags_s: list[float], unsent: int,
+                 workers: list[dict[str, Any]] | None = None, lost: int = 0) -> None:
+        self.records = records
+        self.duration = duration
+        self.schedule_lags_s = schedule_lags_s
+        self.unsent = unsent
+        self.workers = workers
+        self.lost = lost
+        #: the signal that stopped the run early (None: it ran to the end)
+        self.interrupted_by: int | None = None
+
+
+def run_single(user: Any, schedule: Any, args: argparse.Namespace, interrupts: Any, think: Any,
+                on_record: Any) -> Outcome:
+    from llmload.core.dispatch import RequestQueue, StopControl, run_closed_loop, run_open_loop
+    from llmload.core.sink import RecordList
+
+    sink = RecordList()
+    sink.listeners.append(on_record)
+    control = StopControl(interrupts.stop, interrupts.force, args.stop_timeout)
+    if think is not None:
+        tally = run_closed_loop(RequestQueue(schedule.entries), lambda _u: user, args.max_concurrency, think, sink,
+                                control=control)
+    else:
+        tally = run_open_loop(schedule, lambda _r: user, sink, max_concurrency=args.max_concurrency,
+                              control=control)
+    return Outcome(sink.records, tally.duration, tally.schedule_lags_s, len(schedule) - len(sink.records))
+
+
+class DistributedSetup:
+    """The master side: bind, start local workers for ``--processes``, wait for them, stop them after."""
+
+    def __init__(self, args: argparse.Namespace, env: Any, token: str | None) -> None:
+        self.args = args
+        self.env = env
+        self.token = token
+        self.procs: list[Any] = []
+        self.result_workers: list[Any] = []
+
+    def __enter__(self) -> DistributedSetup:
+        try:
+            return self._start()
+        except BaseException:
+            self.__exit__()
+            raise
+
+    def _start(self) -> DistributedSetup:
+        import secrets
+        import socket
+        import subprocess
+
+        from llmload.children import child_env, start_child
+        from llmload.distributed import BenchMaster
+
+        args = self.args
+        expected = args.processes or args.expect_workers
+        bind_host, bind_port = args.master_bind_host, args.master_bind_port
+        if args.processes:
+            # local workers: loopback only, and a fresh token so no other local process can take their place
+            bind_host = "127.0.0.1"
+            self.token = secrets.token_hex(16)
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                bind_port = probe.getsockname()[1]
+        try:
+            self.runner = self.env.create_master_runner(bind_host, bind_port)
+        except Exception as exc:
+            raise ConfigError(f"cannot bind the master to {bind_host}:{bind_port}: {exc}") from None
+        self.bench = BenchMaster(self.runner, token=self.token, log=log)
+        if args.processes:
+            # the token goes through stdin: never on a command line (ps) or in the environment (ps e)
+            cmd = [sys.executable, "-m", "llmload.cli", "bench", "--worker", "--master-host", "127.0.0.1",
+                   "--master-port", str(bind_port), "--cluster-token-file", "-"]
+            for _ in range(args.processes):
+                proc = start_child(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, env=child_env())
+                self.procs.append(proc)
+                assert proc.stdin is not None
+                proc.stdin.write(self.token.encode() + b"\n")
+                proc.stdin.close()
+            log(f"Started {args.processes} local worker processes (pids {' '.join(str(p.pid) for p in self.procs)})")
+        else:
+            log(f"Master listening on {bind_host}:{bind_port}; waiting for {expected} workers "
+                 f"(llmload bench --worker --master-host THIS_HOST --master-port {bind_port})")
+        self.clients = self.bench.wait_for_workers(expected, args.expect_workers_max_wait, log)
+        if not self.clients:
+            raise LLMLoadError(f"fewer than {expected} workers connected within {args.expect_workers_max_wait:g} s")
+        return self
+
+    def run(self, run_config: dict[str, Any], schedule: Any, interrupts: Any) -> Outcome:
+        result = self.bench.run(self.clients, run_config, schedule, self.args.max_concurrency,
+                                interrupts.stop, self.args.stop_timeout, log, cut_event=interrupts.force,
+                                think=self.args.think_time or None)
+        self.result_workers = result.workers
+        workers = [{"worker": f"worker{w.index}", "assigned": len(w.assigned), "dispatched": len(w.dispatched),
+                    "records": w.records, "lost": w.lost} for w in result.workers]
+        return Outcome(result.records, result.end - result.start, result.schedule_lags_s, result.unsent,
+                        workers, result.lost)
+
+    def __exit__(self, *exc: object) -> None:
+        from llmload.children import stop_child
+
+        runner = getattr(self, "runner", None)
+        if runner is not None:
+            try:
+                runner.quit()
+            except Exception:
+                pass
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=5)
+            except Exception:
+                stop_child(proc)
+
+
+
+
+@contextmanager
+def quiet_gc() -> Iterator[None]:
+    """A full garbage collection over everything set-up allocated can pause the loop for milliseconds, and
+    every token timestamp with it: freeze what exists now and collect the young generation rarely."""
+    gc.collect()
+    gc.freeze()
+    threshold = gc.get_threshold()
+    gc.set_threshold(50_000, 50, 100)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
+
+
+def execute(plan: RunPlan, target: Target, workload: Workload, user: Any, env: Any, interrupts: Any,
+            stack: ExitStack) -> tuple[Outcome, dict[str, Any]]:
+    """Run the schedule (workers start first when distributed) and return the outcome and client health."""
+    from llmload.bench.health import HealthMonitor
+    from llmload.bench.progress import Progress
+    from llmload.bench.setup import run_config
+    from llmload.summary import format_run_header
+
+    args = plan.args
+    master = stack.enter_context(DistributedSetup(args, env, plan.cluster_token)) if plan.distributed else None
+    log("Starting main benchmark run..." if args.no_initial_test else
+        "Initial test run completed. Starting main benchmark run...")
+    print(format_run_header(args.request_rate, args.burstiness, args.max_concurrency,
+                            ramp_up_strategy=args.ramp_up_strategy, ramp_up_start_rps=args.ramp_up_start_rps,
+                            ramp_up_end_rps=args.ramp_up_end_rps), flush=True)
+    progress = Progress(len(workload.schedule))
+    health = HealthMonitor(reactor=user._pool.reactor)
+    interrupts.start_run(args.stop_timeout)
+    if not args.disable_tqdm:
+        progress.start()
+    health.start()
+    try:
+        with quiet_gc():
+            if master is None:
+                outcome = run_single(user, workload.schedule, args, interrupts, plan.think, progress.on_record)
+            else:
+                master.bench.on_record = progress.on_record
+                outcome = master.run(run_config(plan, target), workload.schedule, interrupts)
+    finally:
+        health.stop()
+        if not args.disable_tqdm:
+            progress.stop()
+    interrupts.start_report()
+    # with --request-rate inf every request is due at once: how long spawning them took is not client lag
+    report = health.report(outcome.schedule_lags_s if plan.spec.open_loop_lag_counts else None)
+    if master is not None:
+        report = master.bench.merged_health(master.result_workers, report)
+    outcome.interrupted_by = interrupts.signum
+    return outcome, report

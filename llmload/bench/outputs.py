@@ -1,0 +1,159 @@
+"""The end of an ``llmload bench`` run: metrics from the records, the summary, the result JSON and records, and
+the exit code (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from llmload.bench.console import log
+from llmload.bench.execute import Outcome
+from llmload.bench.plan import RunPlan
+from llmload.bench.setup import Target, Workload
+
+#: exit code of a run that completed but missed --fail-on-error-rate or --fail-on-slo
+THRESHOLD_MISSED = 3
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Everything a finished run hands to its outputs."""
+
+    plan: RunPlan
+    target: Target
+    workload: Workload
+    outcome: Outcome
+    health: dict[str, Any]
+
+
+def report(run: Finished) -> int:
+    """Print the summary, write the result JSON and records, and choose the exit code (docs/reliability.md)."""
+    from llmload.bench.health import judge
+    from llmload.interrupts import exit_code, signal_name
+    from llmload.metrics import compute_metrics
+
+    plan, outcome, args = run.plan, run.outcome, run.plan.args
+    tokenizer = run.workload.tokenizer
+    records = sorted(outcome.records, key=lambda r: r.intended_send or 0.0)
+    for r in records:
+        if r.output_tokens_source == "pending":
+            r.output_tokens = len(tokenizer(r.generated_text, add_special_tokens=False).input_ids)
+            r.output_tokens_source = "tokenizer"
+    metrics = compute_metrics(records, max(outcome.duration, 1e-9), goodput_slos=plan.goodput,
+                              selected_percentiles=plan.percentiles, selected_metrics=plan.selected,
+                              ttft_rule=args.ttft_rule, schedule_lags_s=outcome.schedule_lags_s)
+    health_report = judge(run.health, metrics.itl.median_ms)
+    interrupted = outcome.interrupted_by is not None
+    _print_summary(args, metrics, outcome, health_report)
+
+    wrote = True
+    if plan.save:
+        wrote = _save(run, metrics, records, health_report)
+    if interrupted:
+        log(f"Interrupted by {signal_name(outcome.interrupted_by)}: the result above is partial")
+        return exit_code(outcome.interrupted_by)
+    if not metrics.completed:
+        log("error: no request completed")
+        return 1
+    if not wrote:
+        return 1
+    return _threshold_exit(args, metrics)
+
+
+def _print_summary(args: argparse.Namespace, metrics: Any, outcome: Outcome, health_report: dict[str, Any]) -> None:
+    from llmload.interrupts import signal_name
+    from llmload.summary import format_summary
+
+    print(format_summary(metrics, backend_label=args.backend, request_rate=args.request_rate,
+                         burstiness=args.burstiness, max_concurrency=args.max_concurrency,
+                         client_health=health_report), flush=True)
+    if outcome.interrupted_by is not None:
+        print(f"{'Interrupted by:':<40} {signal_name(outcome.interrupted_by):<10}")
+    if outcome.unsent:
+        print(f"{'Not sent (run stopped early):':<40} {outcome.unsent:<10}")
+    if outcome.workers is not None:
+        print(f"{'Workers:':<40} {len(outcome.workers):<10}")
+        for w in outcome.workers:
+            status = "LOST" if w["lost"] else "ok"
+            print(f"{'  ' + w['worker'] + ' records (' + status + '):':<40} {w['records']:<10}")
+        print(f"{'Lost with dead workers:':<40} {outcome.lost:<10}")
+    sys.stdout.flush()
+
+
+def _save(run: Finished, metrics: Any, records: list, health_report: dict[str, Any]) -> bool:
+    """Write the result JSON, then the records; a failure of one is one line on stderr and never stops the
+    other. Returns whether both were written."""
+    from llmload.bench.results import default_filename, records_path, write_json, write_records
+    from llmload.interrupts import signal_name
+    from llmload.metrics import detailed_lists
+
+    plan, outcome, args = run.plan, run.outcome, run.plan.args
+    model = run.target.model
+    now = datetime.now()
+    data: dict[str, Any] = {
+        "date": now.strftime("%Y%m%d-%H%M%S"),
+        "backend": args.backend,
+        "endpoint_type": args.backend,
+        "label": args.label,
+        "model_id": model,
+        "tokenizer_id": run.target.tokenizer_id,
+        "num_prompts": len(run.workload.schedule),
+        "dataset_name": args.dataset_name,
+        "base_url": run.target.shown,
+        **plan.metadata,
+        "request_rate": "inf" if math.isinf(args.request_rate) else args.request_rate,
+        "burstiness": args.burstiness,
+        "max_concurrency": args.max_concurrency,
+        **metrics.to_result_dict(),
+        "client_health": health_report,
+        "not_sent": outcome.unsent,
+        "interrupted": outcome.interrupted_by is not None,
+        "interrupt_signal": signal_name(outcome.interrupted_by) if outcome.interrupted_by is not None else None,
+    }
+    if outcome.workers is not None:
+        data["workers"] = outcome.workers
+        data["lost_with_workers"] = outcome.lost
+    if args.save_detailed:
+        data.update(detailed_lists(records, metrics))
+    label = args.label or args.backend
+    filename = args.result_filename or default_filename(label, args.request_rate, args.max_concurrency, model, now)
+    path = Path(args.result_dir) / filename
+    rec_path = records_path(path, args.records_format)
+    ok = True
+    try:
+        write_json(path, data)
+    except OSError as exc:
+        log(f"error: cannot write the result JSON {path}: {exc.strerror or exc}")
+        ok = False
+    try:
+        write_records(rec_path, records, args.records_format)
+    except OSError as exc:
+        log(f"error: cannot write every record to {rec_path}: {exc.strerror or exc} (the lines written are "
+             "complete records)")
+        return False
+    if ok:
+        log(f"Saved result to {path} and {len(records)} request records to {rec_path}")
+    return ok
+
+
+def _threshold_exit(args: argparse.Namespace, metrics: Any) -> int:
+    """``--fail-on-error-rate`` / ``--fail-on-slo``: exit 3 when the run completed but missed the bar."""
+    sent = max(1, metrics.sent)
+    if args.fail_on_error_rate is not None:
+        failed = metrics.failed + metrics.cut_off
+        if failed / sent > args.fail_on_error_rate:
+            log(f"error: {failed} of {metrics.sent} requests failed ({failed / sent:.1%}), above "
+                 f"--fail-on-error-rate {args.fail_on_error_rate:g}")
+            return THRESHOLD_MISSED
+    if args.fail_on_slo is not None and metrics.request_goodput is not None:
+        good = round(metrics.request_goodput * metrics.duration)
+        if good / sent < args.fail_on_slo:
+            log(f"error: {good} of {metrics.sent} requests met every --goodput SLO ({good / sent:.1%}), below "
+                 f"--fail-on-slo {args.fail_on_slo:g}")
+            return THRESHOLD_MISSED
+    return 0

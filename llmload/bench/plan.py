@@ -1,0 +1,147 @@
+"""``llmload bench``'s validated run configuration: every flag checked, and every combination, before the first
+request (exit 2 for a usage error); docs/reliability.md lists what is checked."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from llmload.core.workload import schedule_spec
+from llmload.errors import ConfigError
+from llmload.metrics import parse_goodput
+from llmload.options import api_key
+from llmload.urls import redact_url, secrets_in
+
+#: environment variable holding the token workers must prove they know (docs/distributed.md)
+CLUSTER_TOKEN_ENV = "LLMLOAD_CLUSTER_TOKEN"
+#: requests against the simulator when --num-prompts is not given
+SIM_PROMPTS = 200
+
+
+def base_url(args: argparse.Namespace) -> str | None:
+    if args.base_url:
+        if args.host or args.port:
+            raise ConfigError("give either --base-url or --host/--port, not both")
+        if not args.base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"--base-url must start with http:// or https://, got {redact_url(args.base_url)!r}")
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(args.base_url)
+            parts.port  # noqa: B018  (raises ValueError for a bad port)
+        except ValueError as exc:
+            raise ConfigError(f"--base-url {redact_url(args.base_url)!r}: {exc}") from None
+        if not parts.hostname:
+            raise ConfigError(f"--base-url {redact_url(args.base_url)!r} has no host")
+        return args.base_url.rstrip("/")
+    if args.host or args.port:
+        return f"http://{args.host or '127.0.0.1'}:{args.port or 8000}"
+    return None
+
+
+def parse_metadata(items: list[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--metadata: expected KEY=VALUE, got {item!r}")
+        out[key] = value
+    return out
+
+
+class RunPlan:
+    """What the flags say, checked before anything starts (every usage error is found here: exit 2). The
+    steps of a run read their settings from it (``plan.args`` holds the flags themselves); nothing changes it
+    after it is built."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        from llmload.arrivals import parse_think_time, validate_arrivals
+
+        self.base_url = base_url(args)
+        self.api_key = api_key(args)
+        self.goodput = parse_goodput(args.goodput)
+        self.percentiles = args.metric_percentiles
+        self.selected = args.percentile_metrics
+        self.metadata = parse_metadata(args.metadata)
+        validate_arrivals(args.request_rate, args.burstiness, args.ramp_up_strategy, args.ramp_up_start_rps,
+                          args.ramp_up_end_rps)
+        self.distributed = bool(args.processes or args.master)
+        if args.master and not args.expect_workers:
+            raise ConfigError("--master needs --expect-workers N (N >= 1)")
+        self.use_sim = self.base_url is None
+        self.num_prompts = args.num_prompts or (SIM_PROMPTS if self.use_sim else 1000)
+        if args.dataset_name in ("trace", "custom") and not args.dataset_path:
+            what = "an Azure/BurstGPT CSV or a JSONL trace" if args.dataset_name == "trace" else "a JSONL file"
+            raise ConfigError(f"--dataset-name {args.dataset_name} needs --dataset-path ({what})")
+        if args.dataset_path and not Path(args.dataset_path).is_file():
+            raise ConfigError(f"--dataset-path {args.dataset_path}: no such file")
+        if args.dataset_name == "trace":
+            self.num_prompts = args.num_prompts  # None: the whole window
+            if args.rate_shape or args.constant_rate:
+                raise ConfigError("a trace brings its own arrival times: drop --rate-shape/--constant-rate")
+        if args.think_time and not args.max_concurrency:
+            raise ConfigError("--think-time needs --max-concurrency N (the number of closed-loop users)")
+        self.think = parse_think_time(args.think_time) if args.think_time else None
+        if args.rate_shape:
+            from llmload.shapes import parse_shape
+
+            parse_shape(args.rate_shape, "--rate-shape")
+        if args.fail_on_slo is not None and not self.goodput:
+            raise ConfigError("--fail-on-slo needs --goodput SLOs to judge against")
+        self.save = bool(args.save_result or args.save_detailed)
+        if self.save:
+            check_writable(Path(args.result_dir))
+            if args.records_format == "parquet":
+                try:
+                    import pyarrow  # noqa: F401
+                except ImportError:
+                    raise ConfigError("--records-format parquet needs pyarrow: pip install pyarrow") from None
+        self.cluster_token = cluster_token(args)
+        if args.master and not self.cluster_token and not is_loopback(args.master_bind_host) and (
+                self.api_key or (self.base_url and secrets_in(self.base_url))):
+            raise ConfigError(
+                f"--master binds {args.master_bind_host!r} and workers would receive the API key: set a cluster "
+                "token (LLMLOAD_CLUSTER_TOKEN or --cluster-token-file) on the master and the workers, or bind "
+                "--master-bind-host 127.0.0.1")
+        self.spec = schedule_spec(args)
+        self._frozen = True
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if getattr(self, "_frozen", False):
+            raise AttributeError(f"a RunPlan is frozen once validated (tried to set {name})")
+        super().__setattr__(name, value)
+
+    @property
+    def distributed_workers(self) -> int:
+        return self.args.processes or self.args.expect_workers or 0
+
+
+def check_writable(directory: Path) -> None:
+    """Create ``--result-dir`` and write a probe file, so an unwritable place fails now, not after the run."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".llmload-probe-{os.getpid()}"
+        probe.write_bytes(b"probe")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"--result-dir {directory}: cannot write there ({exc.strerror or exc})") from None
+
+
+def cluster_token(args: argparse.Namespace) -> str | None:
+    path = getattr(args, "cluster_token_file", None)
+    if path:
+        try:
+            token = (sys.stdin.read() if path == "-" else Path(path).read_text()).strip()
+        except OSError as exc:
+            raise ConfigError(f"--cluster-token-file: cannot read {path}: {exc.strerror}") from None
+        if not token:
+            raise ConfigError(f"--cluster-token-file: {path} is empty")
+        return token
+    return os.environ.get(CLUSTER_TOKEN_ENV) or None
+
+
+def is_loopback(host: str) -> bool:
+    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
