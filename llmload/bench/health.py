@@ -16,6 +16,8 @@ import gevent
 import numpy as np
 import psutil
 
+from llmload.metrics.percentiles import linear_percentiles
+
 if TYPE_CHECKING:
     from llmload.transport import Reactor
 
@@ -72,13 +74,14 @@ class HealthMonitor:
         lags = np.asarray(self.loop_lags_s) * 1000.0
         cpu = np.asarray(self.cpu_percent)
         sched = np.asarray(schedule_lags_s or [0.0]) * 1000.0
+        loop_p50, loop_p99 = linear_percentiles(lags, (50.0, 99.0))  # the one percentile rule (metrics)
         out: dict[str, Any] = {
             "cpu_percent_mean": round(float(cpu.mean()), 1) if cpu.size else 0.0,
             "cpu_percent_max": round(float(cpu.max()), 1) if cpu.size else 0.0,
-            "loop_lag_p50_ms": round(float(np.percentile(lags, 50)), 3) if lags.size else 0.0,
-            "loop_lag_p99_ms": round(float(np.percentile(lags, 99)), 3) if lags.size else 0.0,
+            "loop_lag_p50_ms": round(loop_p50, 3),
+            "loop_lag_p99_ms": round(loop_p99, 3),
             "loop_lag_max_ms": round(float(lags.max()), 3) if lags.size else 0.0,
-            "schedule_lag_p99_ms": round(float(np.percentile(sched, 99)), 3),
+            "schedule_lag_p99_ms": round(linear_percentiles(sched, (99.0,))[0], 3),
         }
         out["read_lag_p99_ms"] = self.reactor.read_lag_percentile(99) if self.reactor is not None else None
         return judge(out)

@@ -34,16 +34,13 @@ class Finished:
 def report(run: Finished) -> int:
     """Print the summary, write the result JSON and records, and choose the exit code (docs/reliability.md)."""
     from llmload.bench.health import judge
+    from llmload.core.outcome import finish_records
     from llmload.interrupts import exit_code, signal_name
     from llmload.metrics import compute_metrics
 
     plan, outcome, args = run.plan, run.outcome, run.plan.args
     tokenizer = run.workload.tokenizer
-    records = sorted(outcome.records, key=lambda r: r.intended_send or 0.0)
-    for r in records:
-        if r.output_tokens_source == "pending":
-            r.output_tokens = len(tokenizer(r.generated_text, add_special_tokens=False).input_ids)
-            r.output_tokens_source = "tokenizer"
+    records = finish_records(outcome.records, tokenizer)
     metrics = compute_metrics(records, max(outcome.duration, 1e-9), goodput_slos=plan.goodput,
                               selected_percentiles=plan.percentiles, selected_metrics=plan.selected,
                               ttft_rule=args.ttft_rule, schedule_lags_s=outcome.schedule_lags_s)

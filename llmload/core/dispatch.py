@@ -126,37 +126,47 @@ def run_open_loop(
     is due, drops it (a distributed master moved it elsewhere). Once ``control.stop`` is set nothing more is
     released and :func:`drain` ends what is in flight.
     """
-    control = control or StopControl()
-    tally = Tally()
-    slots = _Slots(max_concurrency)
-    group = Group()
-    start = perf_counter() + LEAD_S if start_at is None else start_at
-    tally.start = start
+    loop = _OpenLoop(sender_for, sink, max_concurrency, control, start_at)
     for request in requests:
-        intended = start + request.offset
+        intended = loop.start + request.offset
         delay = intended - perf_counter()
-        if control.stop.wait(delay) if delay > 0 else control.stop.is_set():
+        if loop.control.stop.wait(delay) if delay > 0 else loop.control.stop.is_set():
             break
         if skip is not None and skip(request):
             continue
-        _release(request, intended, sender_for, sink, slots, group, tally, on_dispatch)
-    drain(group, control, slots.cut_waiting)
-    tally.end = perf_counter()
-    return tally
+        loop.release(request, intended, on_dispatch)
+    return loop.finish()
 
 
-def _release(request: Scheduled, intended: float | None, sender_for: Callable[[Scheduled], Sender],
-             sink: RecordSink, slots: _Slots, group: Group, tally: Tally,
-             on_dispatch: Callable[[Scheduled], None] | None) -> None:
-    sender = sender_for(request)
-    record = sender.new_record(request, intended)
-    record.dispatched_at = perf_counter()
-    if intended is not None:
-        tally.schedule_lags_s.append(max(0.0, record.dispatched_at - intended))
-    tally.dispatched += 1
-    if on_dispatch is not None:
-        on_dispatch(request)
-    group.spawn(slots.run, sender, request, record, sink)
+class _OpenLoop:
+    """What both open loops share: the cap, the group of request greenlets, the tally, the start time."""
+
+    def __init__(self, sender_for: Callable[[Scheduled], Sender], sink: RecordSink, max_concurrency: int | None,
+                 control: StopControl | None, start_at: float | None) -> None:
+        self.sender_for = sender_for
+        self.sink = sink
+        self.control = control or StopControl()
+        self.slots = _Slots(max_concurrency)
+        self.group = Group()
+        self.start = perf_counter() + LEAD_S if start_at is None else start_at
+        self.tally = Tally(start=self.start)
+
+    def release(self, request: Scheduled, intended: float,
+                on_dispatch: Callable[[Scheduled], None] | None = None) -> None:
+        """Send ``request`` now, in its own greenlet (after a slot, with a cap)."""
+        sender = self.sender_for(request)
+        record = sender.new_record(request, intended)
+        record.dispatched_at = perf_counter()
+        self.tally.schedule_lags_s.append(max(0.0, record.dispatched_at - intended))
+        self.tally.dispatched += 1
+        if on_dispatch is not None:
+            on_dispatch(request)
+        self.group.spawn(self.slots.run, sender, request, record, self.sink)
+
+    def finish(self) -> Tally:
+        drain(self.group, self.control, self.slots.cut_waiting)
+        self.tally.end = perf_counter()
+        return self.tally
 
 
 def run_live_open_loop(
@@ -172,26 +182,19 @@ def run_live_open_loop(
 ) -> Tally:
     """The open loop on a steerable :class:`LiveSchedule` until stopped; ``changed`` is set (and cleared here)
     when its rate changed, so the request being waited for is re-timed. ``mine(index)``: this process sends it."""
-    control = control or StopControl()
-    tally = Tally()
-    slots = _Slots(max_concurrency)
-    group = Group()
-    start = perf_counter() + LEAD_S if start_at is None else start_at
-    tally.start = start
-    while not control.stop.is_set():
+    loop = _OpenLoop(sender_for, sink, max_concurrency, control, start_at)
+    while not loop.control.stop.is_set():
         changed.clear()
         offset = schedule.next_offset()
-        delay = 1.0 if offset is None else start + offset - perf_counter()
+        delay = 1.0 if offset is None else loop.start + offset - perf_counter()
         if delay > 0:
-            gevent.wait([control.stop, changed], timeout=min(delay, 1.0), count=1)
+            gevent.wait([loop.control.stop, changed], timeout=min(delay, 1.0), count=1)
             continue
         assert offset is not None
         request = schedule.take(offset)
         if mine(request.index):
-            _release(request, start + offset, sender_for, sink, slots, group, tally, None)
-    drain(group, control, slots.cut_waiting)
-    tally.end = perf_counter()
-    return tally
+            loop.release(request, loop.start + offset)
+    return loop.finish()
 
 
 class RequestQueue:

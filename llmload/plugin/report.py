@@ -39,23 +39,16 @@ def _class_slos(run: Any) -> dict[str, dict[str, float]] | None:
 
 
 def print_summary(run: Any) -> None:
+    from llmload.core.outcome import finish_records, run_span
     from llmload.metrics import compute_metrics
     from llmload.summary import format_summary
 
-    records = sorted(run.records.records, key=lambda r: (r.intended_send or r.start))
-    if not records:
+    if not run.records.records:
         return
     opts = run.options
-    tokenizer = run.workload.tokenizer if run.workload is not None else None
-    for r in records:
-        if r.output_tokens_source == "pending" and tokenizer is not None:
-            r.output_tokens = len(tokenizer(r.generated_text, add_special_tokens=False).input_ids)
-            r.output_tokens_source = "tokenizer"
-    done = [r for r in records if r.chunk_times]
-    start = min(r.start for r in records)
-    end = max((r.end or r.start) for r in done) if done else start
+    records = finish_records(run.records.records, run.workload.tokenizer if run.workload is not None else None)
     lags = [lag for r in records if (lag := r.schedule_lag) is not None]
-    metrics = compute_metrics(records, max(end - start, 1e-9), goodput_slos=_run_slos(opts), schedule_lags_s=lags or None,
+    metrics = compute_metrics(records, max(run_span(records), 1e-9), goodput_slos=_run_slos(opts), schedule_lags_s=lags or None,
                               class_slos=_class_slos(run), ttft_rule=opts.ttft_rule,
                               selected_metrics=getattr(opts, "percentile_metrics", None) or ("ttft", "tpot", "itl"),
                               selected_percentiles=getattr(opts, "metric_percentiles", None) or (99.0,))

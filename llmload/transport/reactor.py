@@ -135,17 +135,12 @@ class Reactor:
         self._release = self.ep = self._watcher = None
 
     def read_lag_percentile(self, p: float) -> float | None:
-        """The p-th percentile of how late arriving data was read, in ms (None: no timestamped reads)."""
-        hist = self.read_lag
-        total = sum(hist)
-        if not total:
-            return None
-        target, seen = p / 100.0 * total, 0
-        for i, n in enumerate(hist):
-            seen += n
-            if seen >= target:
-                return i / 10.0
-        return 1000.0
+        """The p-th percentile of how late arriving data was read, in ms (None: no timestamped reads); the
+        one histogram rule of every live path (:func:`llmload.metrics.percentiles.rank_bucket`)."""
+        from llmload.metrics.percentiles import rank_bucket
+
+        bucket = rank_bucket(self.read_lag, p)
+        return None if bucket is None else bucket / 10.0
 
     def reset_read_lag(self) -> None:
         self.read_lag[:] = [0] * _LAG_BUCKETS
