@@ -8,8 +8,12 @@ import re
 LOCUSTFILE = "locustfiles/sharegpt.py"
 
 
+#: a quick simulator (the runs take no flags; the server may be fast)
+FAST = ("--ttft-ms", "5", "--itl-ms", "1")
+
+
 def test_locust_with_only_host(child_runner, start_sim) -> None:
-    sim = start_sim()
+    sim = start_sim(*FAST)
     run = child_runner.locust("-f", LOCUSTFILE, "--host", sim.url, "--headless", "-u", "4", "-t", "10s",
                               timeout=120)
     assert run.returncode == 0, run.describe()
@@ -19,7 +23,7 @@ def test_locust_with_only_host(child_runner, start_sim) -> None:
 
 
 def test_bench_with_only_base_url(child_runner, start_sim) -> None:
-    sim = start_sim()
+    sim = start_sim(*FAST)
     run = child_runner.bench("--base-url", sim.url, timeout=240)
     assert run.returncode == 0, run.describe()
     m = re.search(r"^Successful requests:\s+(\d+)", run.stdout, re.M)
