@@ -162,6 +162,10 @@ class LLMUser(User):
         llm_events.request_complete.fire(record=record, user=self)
         return record
 
+    def not_sent(self, record: RequestRecord) -> None:
+        """A request of this user's that the run's end cut off before it was sent: hooks hear of it too."""
+        llm_events.request_complete.fire(record=record, user=self)
+
     def _stream(self, record: RequestRecord, reader: StreamReader, payload: bytes) -> Exception | None:
         """POST and read the stream into ``record``; returns the exception that failed it, if any. This is where
         a stream is parsed: live when someone listens to the token hooks, else once after the stream."""

@@ -34,7 +34,8 @@ NOT_SENT_MESSAGE = "cut off: the run was stopped before this request was sent"
 
 
 class Sender(Protocol):
-    """What sends one request (an :class:`~llmload.users.LLMUser`)."""
+    """What sends one request (an :class:`~llmload.users.LLMUser`). It may also have ``not_sent(record)``,
+    called for a request the run's end caught while it waited for a slot (its ``send`` never ran)."""
 
     def new_record(self, request: Scheduled, intended_send: float | None = None) -> RequestRecord: ...
 
@@ -97,7 +98,11 @@ class _Slots:
                 acquired = True
             sender.send(request, record.intended_send, record)
         except GreenletExit:
-            mark_cut_off(record)  # killed while waiting for a slot, before send() began
+            if not record.cut_off:  # killed while waiting for a slot, before send() began
+                mark_cut_off(record)
+                not_sent = getattr(sender, "not_sent", None)
+                if not_sent is not None:
+                    not_sent(record)
             raise
         finally:
             sink.add(record)

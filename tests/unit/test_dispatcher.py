@@ -31,6 +31,10 @@ class FakeSender:
         self.in_flight = 0
         self.most_in_flight = 0
         self.sent: list[str] = []
+        self.not_sent_ids: list[str] = []
+
+    def not_sent(self, record: RequestRecord) -> None:
+        self.not_sent_ids.append(record.request_id)
 
     def new_record(self, request: Scheduled, intended_send: float | None = None) -> RequestRecord:
         return RequestRecord(request_id=request.request_id, intended_send=intended_send)
@@ -191,3 +195,5 @@ def test_a_stop_cuts_off_the_queue_at_once_and_lets_in_flight_requests_finish() 
     assert perf_counter() - started < 10.0  # 0.5 s requests, not 30 s, and not the whole queue
     assert sorted(r.success for r in sink.records) == [False] * 8 + [True] * 2
     assert len(sender.sent) == 2 and all(r.cut_off and r.start == 0.0 for r in sink.records if not r.success)
+    # the sender hears of each request cut off in the queue (LLMUser fires request_complete for it)
+    assert sorted(sender.not_sent_ids) == sorted(r.request_id for r in sink.records if not r.success)
