@@ -96,7 +96,7 @@ class LocustRun(ClusterRole, RunState):
         return self.shipper if self.shipper is not None else self.records
 
     def prepare(self) -> None:
-        """Load the workload and build the schedule (again only when the options changed). LLMLoadError: one
+        """Load the workload (again only when the options changed) and build the schedule. LLMLoadError: one
         line, the run cannot start."""
         from llmload.options import normalize_options
         from llmload.plugin.setup import build_schedule, configure_classes, load_workload
@@ -108,7 +108,8 @@ class LocustRun(ClusterRole, RunState):
         if key != self._workload_key:
             self.workload = load_workload(opts, host)
             self._workload_key = key
-            self.schedule = build_schedule(opts, self.workload.samples, self.environment, live=not self.headless)
+        # a fresh schedule every test: a live one keeps its position and rate changes
+        self.schedule = build_schedule(opts, self.workload.samples, self.environment, live=not self.headless)
         configure_classes(self.environment, opts, self.workload.model)
 
     def sender_for(self, request: Scheduled) -> Any:
@@ -125,6 +126,10 @@ class LocustRun(ClusterRole, RunState):
     # -- Locust's events -----------------------------------------------------------------------------------
 
     def on_test_start(self) -> None:
+        if self.dispatcher is not None and not self.dispatcher.dead:
+            # Locust fires test_start until its state says spawning: a second start while this one is still
+            # setting up is the same test, and must not start a second dispatcher
+            return
         self.control = StopControl(stop_timeout=float(self.environment.stop_timeout or 0.0))
         self.finished = False
         self.tally = Tally()
