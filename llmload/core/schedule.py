@@ -177,6 +177,7 @@ class LiveSchedule:
         self._class_rng = np.random.default_rng([seed, 0x11A])
         self._index = 0
         self._units = 0.0  # R(t) of the last request
+        self._next_units: float | None = None  # R(t) of the next one, once drawn
 
     @property
     def rate(self) -> float:
@@ -203,7 +204,7 @@ class LiveSchedule:
 
     def peek_units(self) -> float:
         """Draw (once) the next request's position on the integrated-rate axis."""
-        if not hasattr(self, "_next_units"):
+        if self._next_units is None:
             self._next_units = self._units + float(self._rng.standard_gamma(self.burstiness)) / self.burstiness
         return self._next_units
 
@@ -214,7 +215,7 @@ class LiveSchedule:
     def take(self, offset: float) -> Scheduled:
         """Commit the next request at ``offset`` (from :meth:`next_offset`) and move on."""
         self._units = self.peek_units()
-        del self._next_units
+        self._next_units = None
         i = self._index
         self._index += 1
         sample = self.samples[i % len(self.samples)]
