@@ -47,9 +47,13 @@ class Procs(ChildProcesses):
         self.outputs: list[Path] = []
         #: pid -> the command line the test gave it
         self.argv: dict[int, bytes] = {}
+        #: every command line the test gave, known before the process starts (the watcher may see a new
+        #: process before start() has its pid)
+        self.given: set[bytes] = set()
 
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None, **kwargs: object
               ) -> tuple[subprocess.Popen, Path, Path]:
+        self.given.add("\0".join(argv).encode())
         proc, out, err = super().start(name, argv, env, **kwargs)
         self.argv[proc.pid] = "\0".join(argv).encode()
         self.outputs += [out, err]
@@ -136,7 +140,8 @@ class ProcessWatcher(threading.Thread):
             table[int(name)] = (int(stat.rsplit(b")", 1)[1].split()[1]), cmdline)
         own, descendants = self._family({pid: ppid for pid, (ppid, _) in table.items()})
         for pid, (_, cmdline) in table.items():
-            if found := self._found(cmdline, own.get(pid, b"")):
+            given = own.get(pid) or (cmdline.rstrip(b"\0") if cmdline.rstrip(b"\0") in self.procs.given else b"")
+            if found := self._found(cmdline, given):
                 self.leaks.append(f"command line of pid {pid}: {found}: {cmdline[:300]!r}")
         for pid in descendants:
             kind = self._kind(table[pid][1])
