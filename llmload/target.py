@@ -71,3 +71,23 @@ def _get_models(base_url: str, api_key: str | None, timeout: float) -> dict[str,
     if not isinstance(data, dict):
         raise EndpointError(f"{shown}/v1/models did not return a model list; pass --model")
     return data
+
+
+def resolve_target(options: Any, base_url: str, api_key: str | None) -> tuple[str, str | None, bool]:
+    """The model (``--model``, else the server's first), the tokenizer the server names (``llmload sim`` says
+    which it uses) and whether it is the simulator, for either way in (the same option names). Asks
+    ``/v1/models`` only when the model or the tokenizer is not given; :class:`EndpointError` when no model can
+    be found."""
+    model = getattr(options, "model", "") or ""
+    if model and getattr(options, "tokenizer", ""):
+        return model, None, False
+    timeout = min(float(getattr(options, "read_timeout", 0) or 30.0), 30.0)
+    try:
+        info = describe_server(base_url, api_key, timeout=timeout)
+    except EndpointError:
+        if not model:
+            raise
+        return model, None, False  # a server without /v1/models: the model's own tokenizer
+    if not model and not info.models:
+        raise EndpointError(f"{redact_url(base_url)}/v1/models lists no model; pass --model")
+    return model or info.models[0], info.tokenizer, info.is_simulator

@@ -114,10 +114,6 @@ class RunPlan:
             raise AttributeError(f"a RunPlan is frozen once validated (tried to set {name})")
         super().__setattr__(name, value)
 
-    @property
-    def distributed_workers(self) -> int:
-        return self.args.processes or self.args.expect_workers or 0
-
 
 def check_writable(directory: Path) -> None:
     """Create ``--result-dir`` and write a probe file, so an unwritable place fails now, not after the run."""

@@ -56,6 +56,8 @@ def start_target(plan: RunPlan, stack: ExitStack) -> Target:
         base_url = sim.url
         log(f"Simulator ready at {base_url} (pid {sim.pid}); it is stopped when the run ends")
     assert base_url is not None
+    from llmload.target import resolve_target
+
     model, hint, simulator = resolve_target(args, base_url, plan.api_key)
     tokenizer_id = args.tokenizer or ("builtin" if plan.use_sim else hint or model)
     return Target(base_url, model, tokenizer_id, plan.use_sim, simulator or plan.use_sim)
@@ -98,27 +100,6 @@ def run_config(plan: RunPlan, target: Target) -> dict[str, Any]:
         "connect_timeout": args.connect_timeout, "read_timeout": args.read_timeout,
         "request_timeout": args.request_timeout,
     }
-
-
-def resolve_target(args: argparse.Namespace, base_url: str,
-                    api_key: str | None) -> tuple[str, str | None, bool]:
-    """The model (``--model``, else the server's first), the tokenizer the server names (``llmload sim`` says
-    which it uses) and whether it is the simulator, asking ``/v1/models`` only when model or tokenizer is
-    not given."""
-    from llmload.target import describe_server
-
-    model = args.model
-    if model and args.tokenizer:
-        return model, None, False
-    try:
-        info = describe_server(base_url, api_key, timeout=min(args.read_timeout, 30.0))
-    except EndpointError:
-        if not model:
-            raise
-        return model, None, False  # a server without /v1/models: the model's own tokenizer
-    if not model and not info.models:
-        raise EndpointError(f"{redact_url(base_url)}/v1/models lists no model; pass --model")
-    return model or info.models[0], info.tokenizer, info.is_simulator
 
 
 def make_user_class(run: dict[str, Any]) -> type:

@@ -9,6 +9,7 @@ from typing import Any
 from llmload.core.schedule import LiveSchedule, Schedule
 from llmload.core.workload import dataset_options, forces_output_len, schedule_spec
 from llmload.errors import LLMLoadError
+from llmload.options import api_key
 
 
 @dataclass
@@ -19,25 +20,15 @@ class Workload:
     model: str
 
 
-def api_key(opts: Any) -> str | None:
-    from llmload import options
-
-    return options.api_key(opts)
-
-
 def resolve_target(opts: Any, host: str) -> tuple[str, str | None, bool]:
-    """The model to name in requests, the tokenizer the server suggests (the simulator names its own), and
-    whether the server is llmload's simulator."""
-    from llmload.target import describe_server
+    """:func:`llmload.target.resolve_target`, but a server that cannot say leaves the model unset: the first
+    request will say what is wrong with it."""
+    from llmload.target import resolve_target as resolve
 
-    model = getattr(opts, "model", "") or ""
-    if not host:
-        return model, None, False
     try:
-        info = describe_server(host, api_key(opts), timeout=min(float(getattr(opts, "read_timeout", 0) or 30), 30.0))
+        return resolve(opts, host, api_key(opts)) if host else (getattr(opts, "model", "") or "", None, False)
     except LLMLoadError:
-        return model, None, False  # the first request will say what is wrong with the server
-    return model or (info.models[0] if info.models else ""), info.tokenizer, info.is_simulator
+        return getattr(opts, "model", "") or "", None, False
 
 
 def load_workload(opts: Any, host: str) -> Workload:
