@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import csv
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,30 +73,30 @@ def read_trace(path: str | Path, trace_format: str | None = None) -> list[TraceR
     return rows
 
 
-def _first_line(path: Path) -> str:
+@contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """One line for each way reading a trace file fails."""
     try:
-        with path.open(encoding="utf-8-sig") as f:
-            for line in f:
-                if line.strip():
-                    return line
+        yield
     except FileNotFoundError:
         raise DatasetError(f"trace file not found: {path}") from None
     except UnicodeDecodeError:
         raise DatasetError(f"{path}: not UTF-8 text") from None
     except OSError as exc:
         raise DatasetError(f"cannot read trace file {path}: {exc.strerror or exc}") from None
+
+
+def _first_line(path: Path) -> str:
+    with _reading(path), path.open(encoding="utf-8-sig") as f:
+        for line in f:
+            if line.strip():
+                return line
     raise DatasetError(f"{path}: the trace file is empty")
 
 
 def _read_text_lines(path: Path) -> list[str]:
-    try:
+    with _reading(path):
         return path.read_text(encoding="utf-8-sig").splitlines()
-    except FileNotFoundError:
-        raise DatasetError(f"trace file not found: {path}") from None
-    except UnicodeDecodeError:
-        raise DatasetError(f"{path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise DatasetError(f"cannot read trace file {path}: {exc.strerror or exc}") from None
 
 
 def _read_csv(path: Path, trace_format: str) -> list[TraceRow]:
