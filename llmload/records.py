@@ -58,9 +58,20 @@ class RequestRecord:
     cut_off: bool = False
     #: which load process measured it (for distributed runs)
     worker: str = ""
-    #: conversation / turn index for multi-turn replay
+    #: multi-turn replay (docs/conversations.md): the conversation's id ('' for a single request), this
+    #: request's turn (1-based; 0 for a single request) and how many turns the conversation has in the workload
     conversation_id: str = ""
     turn: int = 0
+    conversation_turns: int = 0
+    #: on a conversation's last record: how it ended ("completed", "failed", "context_cap", "cut_off", "stopped")
+    conversation_end: str = ""
+    #: ``usage.prompt_tokens_details.cached_tokens`` when the server reported it (a prefix-cache hit)
+    cached_tokens: int | None = None
+    #: arrival of the first event with answer text (reasoning excluded); None when no answer text arrived
+    first_answer_token: float | None = None
+    #: reasoning tokens streamed before/with the answer (``reasoning_content`` deltas), and their text
+    reasoning_tokens: int = 0
+    reasoning_text: str = ""
     #: the workload this request belongs to (the Locust user class's name); ``by_class`` metrics need two
     user_class: str = ""
 

@@ -12,6 +12,20 @@ from llmload.errors import DatasetError
 
 
 @dataclass
+class Turn:
+    """One user turn of a conversation and the assistant reply the dataset recorded for it."""
+
+    user: str
+    """The user message."""
+    user_len: int
+    """Tokens of the user message alone (the workload's tokenizer, special tokens excluded)."""
+    reply: str = ""
+    """The recorded assistant reply ('' when the conversation ends on this user turn)."""
+    reply_len: int = 0
+    """Tokens of the recorded reply: this turn's ``max_tokens`` unless ``--output-len`` fixes it."""
+
+
+@dataclass
 class SampleRequest:
     """One request to send, built (and tokenized) before the test starts."""
 
@@ -28,6 +42,13 @@ class SampleRequest:
     arrival_s: float | None = None
     """Trace replay: the intended send offset in seconds, already time-scaled, relative to the first
     request of the window (which is at 0). ``None`` for datasets without timing."""
+    turns: list[Turn] | None = None
+    """Multi-turn replay: the conversation's user turns in order, after the sampling rules of
+    docs/conversations.md (None: a single request). ``prompt`` is then the first turn's user message."""
+    system: str = ""
+    """Multi-turn replay: the system message sent first in every turn ('' for none)."""
+    system_len: int = 0
+    """Tokens of ``system``."""
 
 
 class Tokenizer(Protocol):
