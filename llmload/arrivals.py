@@ -168,17 +168,49 @@ def think_time(
 
 
 def parse_think_time(
-    spec: str, rng: np.random.RandomState | np.random.Generator | int | None = None
+    spec: str, rng: np.random.RandomState | np.random.Generator | int | None = None, option: str = "--think-time"
 ) -> Callable[..., float]:
-    """``--think-time``: ``fixed:0.5``, ``exp:2`` or ``exponential:2`` (seconds) -> :func:`think_time`."""
+    """A pause spec (``--think-time``, ``--turn-think-time``) -> a callable returning seconds:
+    ``fixed:S``, ``exp:MEAN`` (``exponential:``), ``uniform:LOW,HIGH`` or ``lognormal:MEDIAN,SIGMA``."""
     kind, sep, value = str(spec).strip().partition(":")
+    kind = kind.strip().lower()
+    expected = "fixed:SECONDS, exp:MEAN, uniform:LOW,HIGH or lognormal:MEDIAN,SIGMA"
     if not sep:
-        raise ConfigError(f"--think-time {spec!r}: expected fixed:SECONDS or exp:SECONDS")
+        raise ConfigError(f"{option} {spec!r}: expected {expected}")
     try:
-        mean = float(value)
+        numbers = [float(v) for v in value.split(",")]
     except ValueError:
-        raise ConfigError(f"--think-time {spec!r}: {value!r} is not a number of seconds") from None
+        raise ConfigError(f"{option} {spec!r}: {value!r} is not a number of seconds") from None
+    if kind in ("uniform", "lognormal"):
+        return _two_parameter_pause(kind, numbers, spec, option, rng)
+    if len(numbers) != 1:
+        raise ConfigError(f"{option} {spec!r}: {kind} takes one number of seconds")
     try:
-        return think_time(kind.strip().lower(), mean, rng)
+        return think_time(kind, numbers[0], rng)
     except ConfigError as exc:
-        raise ConfigError(f"--think-time {spec!r}: {str(exc).removeprefix('--think-time ')}") from None
+        message = str(exc).removeprefix("--think-time ").replace("fixed or exp(onential)", expected)
+        raise ConfigError(f"{option} {spec!r}: {message}") from None
+
+
+def _two_parameter_pause(kind: str, numbers: list[float], spec: str, option: str,
+                         rng: np.random.RandomState | np.random.Generator | int | None) -> Callable[..., float]:
+    if len(numbers) != 2 or not all(math.isfinite(x) and x >= 0 for x in numbers):
+        raise ConfigError(f"{option} {spec!r}: {kind} takes two finite numbers >= 0")
+    a, b = numbers
+    if kind == "uniform" and b < a:
+        raise ConfigError(f"{option} {spec!r}: uniform's HIGH must be >= LOW")
+    if kind == "lognormal" and a <= 0:
+        raise ConfigError(f"{option} {spec!r}: lognormal's MEDIAN must be > 0")
+    gen = rng if isinstance(rng, (np.random.RandomState, np.random.Generator)) else np.random.default_rng(rng)
+    if kind == "uniform":
+
+        def uniform(*_args: object) -> float:
+            return float(gen.uniform(a, b))
+
+        return uniform
+    mu = math.log(a)
+
+    def lognormal(*_args: object) -> float:
+        return float(gen.lognormal(mu, b))
+
+    return lognormal

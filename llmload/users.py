@@ -1,8 +1,8 @@
 """Locust users that send one streaming completion per task and time every token.
 
-The stream is read by :mod:`llmload.transport`: every ``recv`` is timestamped the moment it returns and the
-lines it completed carry that time; JSON is parsed after the stream, or live when someone listens to the
-``first_token``/``token`` hooks (docs/design.md "Transport": per-event work in the read loop delays later timestamps).
+The stream is read by :mod:`llmload.transport` and turned into a record by :mod:`llmload.reader`: every
+``recv`` is timestamped the moment it returns and the lines it completed carry that time; JSON is parsed after
+the stream, or live when someone listens to the ``first_token``/``token`` hooks (docs/design.md "Transport": per-event work in the read loop delays later timestamps).
 Locust's stats table gets three rows per request, ``LLM E2E`` (with failures), ``LLM TTFT`` and
 ``LLM TPOT``, for the live view; reported numbers come from :class:`RequestRecord`.
 """
@@ -15,12 +15,10 @@ from typing import Any, ClassVar
 
 import orjson
 from gevent import GreenletExit
-from gevent import Timeout as gevent_Timeout
-from gevent import idle as gevent_idle
 from locust import User, task
 
 from llmload.backends import Backend, get_backend
-from llmload.backends.base import error_message, one_line
+from llmload.backends.base import one_line
 from llmload.choices import TTFT_RULES  # noqa: F401  (re-exported: llmload.users.TTFT_RULES)
 from llmload.core.schedule import Scheduled
 from llmload.core.state import state_of
@@ -29,28 +27,10 @@ from llmload.events import llm_events
 from llmload.failures import (
     CLIENT_ERROR,
     CUT_OFF,
-    EMPTY_STREAM,
-    EMPTY_STREAM_MESSAGE,
-    ERROR_EVENT,
-    NOT_STREAMED,
-    NOT_STREAMED_MESSAGE,
-    event_failure,
-    http_kind,
-    is_json_answer,
-    transport_kind,
 )
+from llmload.reader import StreamReader
 from llmload.records import RequestRecord
-from llmload.sse import DONE, parse_line
-from llmload.transport import ConnectError, Pool, ReadTimeout, RequestTimeout, Response, TransportError
-
-#: events parsed between two yields to the event loop
-PARSE_SLICE = 16
-
-
-def _when_idle(max_wait_s: float = 1.0) -> None:
-    """Wait until gevent's loop is idle (no pending reads), but no longer than ``max_wait_s``."""
-    with gevent_Timeout(max_wait_s, False):
-        gevent_idle()
+from llmload.transport import Pool, TransportError
 
 
 class LLMUser(User):
@@ -85,6 +65,9 @@ class LLMUser(User):
     goodput: ClassVar[dict[str, float] | None] = None
     #: closed loop: seconds between a response and the next request (``--think-time``)
     think: Any = None
+    #: multi-turn replay: the header that carries each conversation's id, for session-affine routers
+    #: (``--session-header``; '' sends none)
+    session_header: str = "X-Session-ID"
 
     def __init__(self, environment: Any) -> None:
         super().__init__(environment)
@@ -171,6 +154,8 @@ class LLMUser(User):
         a stream is parsed: live when someone listens to the token hooks, else once after the stream."""
         headers = dict(self._headers)
         headers["X-Request-Id"] = record.request_id
+        if record.conversation_id and self.session_header:
+            headers[self.session_header] = record.conversation_id
         live = reader.on_lines if (llm_events.first_token._handlers or llm_events.token._handlers) else None
         record.start = perf_counter()  # replaced by the moment the bytes go out, once a connection is open
 
@@ -235,159 +220,3 @@ class LLMRequestFailed(Exception):
     """A request that got an answer, but not a usable one (HTTP error, error event, empty stream)."""
 
 
-class StreamReader:
-    """Turns a response's timestamped lines into a :class:`RequestRecord`, per the run's TTFT rule."""
-
-    __slots__ = ("backend", "completion_tokens", "content_rule", "done", "record", "state", "streaming", "texts",
-                 "user")
-
-    def __init__(self, user: LLMUser, record: RequestRecord, streaming: bool) -> None:
-        self.user = user
-        self.record = record
-        self.streaming = streaming
-        self.backend = user._backend
-        self.state = self.backend.new_state()
-        self.content_rule = user.ttft_rule != "vllm"
-        self.texts: list[str] = []
-        self.completion_tokens: int | None = None
-        self.done = 0
-
-    def on_lines(self, resp: Response, first: int) -> None:
-        """Live mode: parse the lines that just arrived and fire the token hooks."""
-        if resp.status == 200 and self.streaming and not self.record.error:
-            self._consume(resp.lines, first, live=True)
-
-    def _consume(self, lines: list[tuple[float, bytes]], first: int, live: bool) -> None:
-        record = self.record
-        parse_event = self.backend.parse_event
-        state = self.state
-        times = record.chunk_times
-        tokens = record.chunk_tokens
-        texts = self.texts
-        content_rule = self.content_rule
-        user = self.user
-        for i in range(max(first, self.done), len(lines)):
-            if not live and not i % PARSE_SLICE:
-                # After-the-stream parsing runs when the loop has nothing better to do, so it never delays
-                # another stream's read (streams of a batch end together and their parsing would pile up).
-                _when_idle()
-            t, line = lines[i]
-            payload = parse_line(line)
-            if payload is None or payload == DONE:
-                continue
-            ev = parse_event(payload, state)
-            if ev.error is not None:
-                # malformed_event or error_event; the message holds no part of the payload, so failures group
-                record.failure_kind, record.error = event_failure(payload, ev.error)
-                self.done = len(lines)
-                return
-            if ev.completion_tokens is not None:
-                self.completion_tokens = ev.completion_tokens
-            if ev.prompt_tokens is not None:
-                record.server_prompt_tokens = ev.prompt_tokens
-            if ev.content if content_rule else (ev.has_choices or ev.content):
-                n = ev.tokens or 1
-                texts.append(ev.text)
-                if times:
-                    itl = t - times[-1]
-                    times.append(t)
-                    tokens.append(n)
-                    if live:
-                        llm_events.token.fire(record=record, itl=itl, tokens=n, text=ev.text, user=user)
-                else:
-                    record.first_token = t
-                    times.append(t)
-                    tokens.append(n)
-                    if live:
-                        llm_events.first_token.fire(record=record, text=ev.text, user=user)
-            elif ev.text:
-                texts.append(ev.text)
-        self.done = len(lines)
-
-    def finish(self, resp: Response) -> None:
-        record = self.record
-        record.status_code = resp.status
-        if resp.status != 200:
-            text = resp.body.decode("utf-8", "replace") if resp.body else ""
-            record.error = one_line(f"HTTP {resp.status}: {text}")
-            record.failure_kind = http_kind(resp.status)
-            return
-        if not self.streaming:
-            self._finish_whole(resp)
-            return
-        if is_json_answer(resp.headers.get("content-type", "")):
-            # One JSON body for a streaming request: its "TTFT" would be the whole answer's time and its ITLs
-            # nothing, so counting it as a success would put fake numbers into every latency statistic.
-            record.failure_kind, record.error = event_failure(resp.body, NOT_STREAMED_MESSAGE)
-            if record.failure_kind == ERROR_EVENT:  # a JSON error object with status 200
-                record.error = self._body_error(resp.body)
-            else:
-                record.failure_kind, record.error = NOT_STREAMED, NOT_STREAMED_MESSAGE
-            return
-        if not record.error:
-            self._consume(resp.lines, self.done, live=False)
-        record.generated_text = "".join(self.texts)
-        if self.completion_tokens is not None:
-            record.output_tokens = self.completion_tokens
-            record.output_tokens_source = "usage"
-        elif self.backend.tokens_per_event_known:
-            record.output_tokens = sum(record.chunk_tokens)
-            record.output_tokens_source = "chunks"
-        else:
-            # counted after the run by re-tokenizing the text (never in the stream loop)
-            record.output_tokens = len(record.chunk_tokens)
-            record.output_tokens_source = "pending"
-        if not record.error:
-            if record.chunk_times:
-                record.success = True
-            else:
-                record.error = EMPTY_STREAM_MESSAGE
-                record.failure_kind = EMPTY_STREAM
-
-    @staticmethod
-    def _body_error(body: bytes) -> str:
-        try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return "server error"
-        return f"server error: {error_message(data) if isinstance(data, dict) else data}"
-
-    def _finish_whole(self, resp: Response) -> None:
-        record = self.record
-        t = resp.lines[-1][0] if resp.lines else perf_counter()
-        try:
-            text, completion_tokens, prompt_tokens = self.backend.parse_response(resp.body)
-        except Exception as exc:
-            record.failure_kind, record.error = event_failure(resp.body, one_line(str(exc)))
-            return
-        record.first_token = t
-        record.chunk_times.append(t)
-        record.chunk_tokens.append(completion_tokens or 1)
-        record.generated_text = text
-        record.server_prompt_tokens = prompt_tokens
-        if completion_tokens is not None:
-            record.output_tokens = completion_tokens
-            record.output_tokens_source = "usage"
-        else:
-            record.output_tokens_source = "pending"
-        record.success = True
-
-    def fail_transport(self, exc: TransportError) -> None:
-        """The connection failed or broke mid-stream: keep what arrived, count the request as failed. The
-        error's type decides (:mod:`llmload.transport.errors`); its message names the host and what failed."""
-        record = self.record
-        record.failure_kind = transport_kind(exc)
-        if isinstance(exc, ConnectError):
-            record.error = one_line(str(exc))
-            return
-        if isinstance(exc, ReadTimeout):
-            what = f"timed out after {self.user.network_timeout:g} s without data"
-        elif isinstance(exc, RequestTimeout):
-            limit = self.user.request_timeout
-            what = f"the whole request took longer than {limit:g} s" if limit else "the request took too long"
-        else:
-            what = f"{type(exc).__name__}: {exc}"
-        if record.chunk_times:
-            record.error = one_line(f"stream broken after {len(record.chunk_times)} events: {what}")
-        else:
-            record.error = one_line(f"request failed: {what}")

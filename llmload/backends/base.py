@@ -39,6 +39,9 @@ class StreamEvent(NamedTuple):
     error: str | None = None
     #: reasoning text delta (``reasoning_content`` / ``reasoning``), kept apart from ``text``
     reasoning: str = ""
+    #: prompt tokens the server served from its prefix cache (``usage.prompt_tokens_details.cached_tokens``,
+    #: SGLang's ``meta_info.cached_tokens``) wherever it appears
+    cached_tokens: int | None = None
 
 
 #: returned for payloads that carry nothing (``[DONE]`` passed in by mistake)

@@ -20,6 +20,12 @@ def _usage(data: dict) -> tuple[int | None, int | None]:
     return as_int(usage.get("completion_tokens")), as_int(usage.get("prompt_tokens"))
 
 
+def cached_tokens(data: dict) -> int | None:
+    """``usage.prompt_tokens_details.cached_tokens``: vLLM and OpenAI report prefix-cache hits there."""
+    details = (data.get("usage") or {}).get("prompt_tokens_details")
+    return as_int(details.get("cached_tokens")) if isinstance(details, dict) else None
+
+
 class OpenAICompletions(Backend):
     """``/v1/completions`` as vLLM's benchmark client sends it (minus vLLM-only sampling fields)."""
 
@@ -48,7 +54,8 @@ class OpenAICompletions(Backend):
         if not choices:
             if completion_tokens is None and prompt_tokens is None:
                 return EMPTY
-            return StreamEvent(completion_tokens=completion_tokens, prompt_tokens=prompt_tokens)
+            return StreamEvent(completion_tokens=completion_tokens, prompt_tokens=prompt_tokens,
+                               cached_tokens=cached_tokens(data))
         choice = choices[0]
         delta = choice.get("delta")
         if delta is None:  # completions
@@ -70,6 +77,7 @@ class OpenAICompletions(Backend):
             finish if isinstance(finish, str) else None,
             None,
             reasoning,
+            cached_tokens(data) if completion_tokens is not None or prompt_tokens is not None else None,
         )
 
     def parse_response(self, body: bytes) -> tuple[str, int | None, int | None]:

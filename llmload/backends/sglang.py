@@ -64,7 +64,8 @@ class SGLangNative(Backend):
             tokens = max(total - state.tokens, 0)
             state.tokens = total
         return StreamEvent(
-            text, bool(text), True, tokens, total, as_int(meta.get("prompt_tokens")), _finish(meta)
+            text, bool(text), True, tokens, total, as_int(meta.get("prompt_tokens")), _finish(meta),
+            cached_tokens=as_int(meta.get("cached_tokens")),
         )
 
     def parse_response(self, body: bytes) -> tuple[str, int | None, int | None]:

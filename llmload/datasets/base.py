@@ -49,6 +49,8 @@ class SampleRequest:
     """Multi-turn replay: the system message sent first in every turn ('' for none)."""
     system_len: int = 0
     """Tokens of ``system``."""
+    messages: list[dict[str, Any]] | None = None
+    """Chat messages to send instead of ``prompt`` (one turn of a replayed conversation, with its history)."""
 
 
 class Tokenizer(Protocol):

@@ -1,0 +1,213 @@
+"""Reading one response into its :class:`~llmload.records.RequestRecord`: the TTFT rule, token times, usage,
+reasoning and prefix-cache counts, and the failure a broken answer gets (docs/design.md, "Metric definitions").
+
+The transport hands over timestamped lines (:mod:`llmload.transport.parser`); this module splits SSE, lets the
+backend parse each event and decides which events count.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter
+from typing import TYPE_CHECKING
+
+import orjson
+from gevent import Timeout as gevent_Timeout
+from gevent import idle as gevent_idle
+
+from llmload.backends.base import error_message, one_line
+from llmload.events import llm_events
+from llmload.failures import (
+    EMPTY_STREAM,
+    EMPTY_STREAM_MESSAGE,
+    ERROR_EVENT,
+    NOT_STREAMED,
+    NOT_STREAMED_MESSAGE,
+    event_failure,
+    http_kind,
+    is_json_answer,
+    transport_kind,
+)
+from llmload.records import RequestRecord
+from llmload.sse import DONE, parse_line
+from llmload.transport import ConnectError, ReadTimeout, RequestTimeout, Response, TransportError
+
+if TYPE_CHECKING:
+    from llmload.users import LLMUser
+
+#: events parsed between two yields to the event loop
+PARSE_SLICE = 16
+
+
+def _when_idle(max_wait_s: float = 1.0) -> None:
+    """Wait until gevent's loop is idle (no pending reads), but no longer than ``max_wait_s``."""
+    with gevent_Timeout(max_wait_s, False):
+        gevent_idle()
+
+
+
+class StreamReader:
+    """Turns a response's timestamped lines into a :class:`RequestRecord`, per the run's TTFT rule."""
+
+    __slots__ = ("backend", "completion_tokens", "content_rule", "done", "reasoning", "record", "state",
+                 "streaming", "texts", "user")
+
+    def __init__(self, user: LLMUser, record: RequestRecord, streaming: bool) -> None:
+        self.user = user
+        self.record = record
+        self.streaming = streaming
+        self.backend = user._backend
+        self.state = self.backend.new_state()
+        self.content_rule = user.ttft_rule != "vllm"
+        self.texts: list[str] = []
+        self.reasoning: list[str] = []
+        self.completion_tokens: int | None = None
+        self.done = 0
+
+    def on_lines(self, resp: Response, first: int) -> None:
+        """Live mode: parse the lines that just arrived and fire the token hooks."""
+        if resp.status == 200 and self.streaming and not self.record.error:
+            self._consume(resp.lines, first, live=True)
+
+    def _consume(self, lines: list[tuple[float, bytes]], first: int, live: bool) -> None:
+        record = self.record
+        parse_event = self.backend.parse_event
+        state = self.state
+        times = record.chunk_times
+        tokens = record.chunk_tokens
+        texts = self.texts
+        content_rule = self.content_rule
+        user = self.user
+        for i in range(max(first, self.done), len(lines)):
+            if not live and not i % PARSE_SLICE:
+                # After-the-stream parsing runs when the loop has nothing better to do, so it never delays
+                # another stream's read (streams of a batch end together and their parsing would pile up).
+                _when_idle()
+            t, line = lines[i]
+            payload = parse_line(line)
+            if payload is None or payload == DONE:
+                continue
+            ev = parse_event(payload, state)
+            if ev.error is not None:
+                # malformed_event or error_event; the message holds no part of the payload, so failures group
+                record.failure_kind, record.error = event_failure(payload, ev.error)
+                self.done = len(lines)
+                return
+            if ev.completion_tokens is not None:
+                self.completion_tokens = ev.completion_tokens
+            if ev.prompt_tokens is not None:
+                record.server_prompt_tokens = ev.prompt_tokens
+                if ev.cached_tokens is not None:
+                    record.cached_tokens = ev.cached_tokens
+            if ev.content if content_rule else (ev.has_choices or ev.content):
+                n = ev.tokens or 1
+                texts.append(ev.text)
+                if ev.reasoning:
+                    record.reasoning_tokens += n
+                    self.reasoning.append(ev.reasoning)
+                if ev.text and record.first_answer_token is None:
+                    record.first_answer_token = t
+                if times:
+                    itl = t - times[-1]
+                    times.append(t)
+                    tokens.append(n)
+                    if live:
+                        llm_events.token.fire(record=record, itl=itl, tokens=n, text=ev.text, user=user)
+                else:
+                    record.first_token = t
+                    times.append(t)
+                    tokens.append(n)
+                    if live:
+                        llm_events.first_token.fire(record=record, text=ev.text, user=user)
+            elif ev.text:
+                texts.append(ev.text)
+        self.done = len(lines)
+
+    def finish(self, resp: Response) -> None:
+        record = self.record
+        record.status_code = resp.status
+        if resp.status != 200:
+            text = resp.body.decode("utf-8", "replace") if resp.body else ""
+            record.error = one_line(f"HTTP {resp.status}: {text}")
+            record.failure_kind = http_kind(resp.status)
+            return
+        if not self.streaming:
+            self._finish_whole(resp)
+            return
+        if is_json_answer(resp.headers.get("content-type", "")):
+            # One JSON body for a streaming request: its "TTFT" would be the whole answer's time and its ITLs
+            # nothing, so counting it as a success would put fake numbers into every latency statistic.
+            record.failure_kind, record.error = event_failure(resp.body, NOT_STREAMED_MESSAGE)
+            if record.failure_kind == ERROR_EVENT:  # a JSON error object with status 200
+                record.error = self._body_error(resp.body)
+            else:
+                record.failure_kind, record.error = NOT_STREAMED, NOT_STREAMED_MESSAGE
+            return
+        if not record.error:
+            self._consume(resp.lines, self.done, live=False)
+        record.generated_text = "".join(self.texts)
+        if self.reasoning:
+            record.reasoning_text = "".join(self.reasoning)
+        if self.completion_tokens is not None:
+            record.output_tokens = self.completion_tokens
+            record.output_tokens_source = "usage"
+        elif self.backend.tokens_per_event_known:
+            record.output_tokens = sum(record.chunk_tokens)
+            record.output_tokens_source = "chunks"
+        else:
+            # counted after the run by re-tokenizing the text (never in the stream loop)
+            record.output_tokens = len(record.chunk_tokens)
+            record.output_tokens_source = "pending"
+        if not record.error:
+            if record.chunk_times:
+                record.success = True
+            else:
+                record.error = EMPTY_STREAM_MESSAGE
+                record.failure_kind = EMPTY_STREAM
+
+    @staticmethod
+    def _body_error(body: bytes) -> str:
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return "server error"
+        return f"server error: {error_message(data) if isinstance(data, dict) else data}"
+
+    def _finish_whole(self, resp: Response) -> None:
+        record = self.record
+        t = resp.lines[-1][0] if resp.lines else perf_counter()
+        try:
+            text, completion_tokens, prompt_tokens = self.backend.parse_response(resp.body)
+        except Exception as exc:
+            record.failure_kind, record.error = event_failure(resp.body, one_line(str(exc)))
+            return
+        record.first_token = t
+        record.chunk_times.append(t)
+        record.chunk_tokens.append(completion_tokens or 1)
+        record.generated_text = text
+        record.server_prompt_tokens = prompt_tokens
+        if completion_tokens is not None:
+            record.output_tokens = completion_tokens
+            record.output_tokens_source = "usage"
+        else:
+            record.output_tokens_source = "pending"
+        record.success = True
+
+    def fail_transport(self, exc: TransportError) -> None:
+        """The connection failed or broke mid-stream: keep what arrived, count the request as failed. The
+        error's type decides (:mod:`llmload.transport.errors`); its message names the host and what failed."""
+        record = self.record
+        record.failure_kind = transport_kind(exc)
+        if isinstance(exc, ConnectError):
+            record.error = one_line(str(exc))
+            return
+        if isinstance(exc, ReadTimeout):
+            what = f"timed out after {self.user.network_timeout:g} s without data"
+        elif isinstance(exc, RequestTimeout):
+            limit = self.user.request_timeout
+            what = f"the whole request took longer than {limit:g} s" if limit else "the request took too long"
+        else:
+            what = f"{type(exc).__name__}: {exc}"
+        if record.chunk_times:
+            record.error = one_line(f"stream broken after {len(record.chunk_times)} events: {what}")
+        else:
+            record.error = one_line(f"request failed: {what}")
