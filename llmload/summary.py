@@ -3,8 +3,8 @@
 Layout (as vLLM): a heading centred in 50 ``=`` (``"{s:{c}^{n}}"``), one ``"{:<40} {:<10}"`` line per integer
 and ``"{:<40} {:<10.2f}"`` per float, a section per selected metric headed by its title centred in 50 ``-``
 (Mean, Median, then one line per percentile), closed by 50 ``=``. llmload's block follows in the same style,
-then, for a run with more than one user class, one section per class (after everything else, so the lines
-above never move).
+then, for a multi-turn, reasoning or prefix-cache run, its blocks (:mod:`llmload.summary_conversations`), then,
+for a run with more than one user class, one section per class (last, so the lines above never move).
 """
 
 from __future__ import annotations
@@ -223,7 +223,11 @@ def format_summary(
     max_concurrency: int | None = None,
     client_health: dict[str, Any] | None = None,
 ) -> str:
-    """vLLM's block, llmload's block, then the per-class block when there is one (no trailing newline)."""
+    """vLLM's block, llmload's block, the conversation, prefix-cache and reasoning blocks when the run has that
+    data (:mod:`llmload.summary_conversations`), then the per-class block when there is one (no trailing
+    newline)."""
+    from llmload.summary_conversations import format_conversation_blocks  # it builds on this module's lines
+
     blocks = [
         format_vllm_block(metrics, max_concurrency=max_concurrency),
         format_llmload_block(
@@ -234,5 +238,5 @@ def format_summary(
             client_health=client_health,
         ),
     ]
-    by_class = format_class_block(metrics)
-    return "\n".join([*blocks, by_class] if by_class else blocks)
+    blocks += [block for block in (format_conversation_blocks(metrics), format_class_block(metrics)) if block]
+    return "\n".join(blocks)

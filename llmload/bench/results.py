@@ -119,11 +119,35 @@ def _write_batch(fd: int, batch: list[bytes], offset: int) -> int:
     return offset + done
 
 
+#: field -> its annotation, as the records' dataclass spells it ("int | None", "list[float]", ...)
+_TYPES = {name: str(f.type) for name, f in RequestRecord.__dataclass_fields__.items()}
+
+
+def _plain(name: str, value: Any) -> Any:
+    """One parquet cell as the record holds it: a table column of optional numbers turns None into NaN and ints
+    into floats, lists come back as numpy arrays and numbers as numpy scalars."""
+    kind = _TYPES.get(name, "")
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, float) and math.isnan(value) and "None" in kind:
+        return None
+    if kind.startswith("int") and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if kind == "str" and value is None:
+        return ""
+    return value
+
+
+def record_from_row(row: dict[str, Any]) -> RequestRecord:
+    """A record from one row of a records table (parquet through pandas), every field back to its own type."""
+    return RequestRecord.from_dict({k: _plain(k, v) for k, v in row.items()})
+
+
 def read_records(path: str | Path) -> list[RequestRecord]:
     path = Path(path)
     if path.suffix == ".parquet":
         import pandas as pd
 
-        return [RequestRecord.from_dict(row) for row in pd.read_parquet(path).to_dict("records")]
+        return [record_from_row(row) for row in pd.read_parquet(path).to_dict("records")]
     with open(path, "rb") as f:
         return [RequestRecord.from_dict(orjson.loads(line)) for line in f if line.strip()]

@@ -3,6 +3,8 @@
     definitions   every per-request metric, once: name, unit, which requests, formula (TTFT, ITL, TPOT, ...)
     accumulator   MetricsAccumulator: records in one at a time; final BenchmarkMetrics and live numbers out
     compute       compute_metrics (a MetricsAccumulator over a list), detailed_lists, failure_counts
+    conversations ConversationTally: per-turn, per-conversation, reasoning and prefix-cache numbers
+    conversation_result  ConversationMetrics (TurnStats, ConversationStats, ...) and their result JSON keys
     result        Distribution, BenchmarkMetrics and the result JSON's keys
     slos          parse_goodput, the one SLO parser (run-wide and per user class)
     percentiles   the one percentile rule over raw values and over bucket counts
@@ -23,8 +25,12 @@ from typing import Any
 _EXPORTS = {
     "accumulator": ("MetricsAccumulator", "LIVE_PERCENTILES"),
     "compute": ("compute_metrics", "detailed_lists", "failure_counts"),
+    "conversations": ("ConversationTally", "TURN_ROWS", "turn_row"),
+    "conversation_result": ("ConversationMetrics", "ConversationStats", "TurnStats", "ReasoningStats",
+                            "PrefixCacheStats"),
     "definitions": (
         "METRICS", "Metric", "GOODPUT_METRICS", "COMPLETED", "SENT", "is_completed", "is_good", "ttft_s",
+        "ttfat_s", "answer_delay_s",
         "itl_array", "itls_s", "tpot_s", "tpot_steady_s", "e2el_s", "queue_time_s", "schedule_lag_s",
         "input_tokens", "server_input_tokens", "output_tokens", "goodput_value_s", "meets_slo", "GOODPUT_MISSING",
     ),

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from llmload.errors import ConfigError
 from llmload.metrics.columns import ALIGNED, Tally, Values, joined
+from llmload.metrics.conversations import ConversationTally
 from llmload.metrics.definitions import METRICS, is_completed
 from llmload.metrics.histogram import LogHistogram
 from llmload.metrics.peaks import peak_per_second
@@ -85,6 +86,8 @@ class MetricsAccumulator:
         self.total = Tally()
         self._groups: dict[str, _Group] = {}
         self._itl_count = 0
+        #: turns, conversations, reasoning and cached tokens (``BenchmarkMetrics.conversations``)
+        self.conversations = ConversationTally()
         #: per record, in input order: counted output tokens (vLLM's ``actual_output_lens``)
         self.output_lens = array("q")
 
@@ -97,6 +100,7 @@ class MetricsAccumulator:
         group.tally.add(record, completed)
         group.values.add(record, completed)
         self.output_lens.append(record.output_tokens if completed else 0)
+        self.conversations.add(record, completed)
         if not completed:
             return
         group.done.append(record)
@@ -145,6 +149,7 @@ class MetricsAccumulator:
         metrics.goodput_slos = dict(run_slos) if run_slos else None
         metrics.class_slos = classes
         metrics.output_lens = list(self.output_lens)
+        metrics.conversations = self.conversations.result()
         if len(groups) > 1:
             metrics.by_class = {g.name: _metrics([g], g.tally, ask, None) for g in groups}
             for g in groups:

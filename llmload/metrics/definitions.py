@@ -7,6 +7,8 @@ is one edit. Times are ``perf_counter()`` seconds as the record holds them; repo
 
     metric        unit  applies to                     formula
     TTFT          s     completed requests             first_token - start
+    TTFAT         s     completed, with answer text    first_answer_token - start   (reasoning excluded)
+    answer delay  s     completed, with both           first_answer_token - first_token
     ITL           s     completed, pooled              chunk_times[k] - chunk_times[k-1]   (every k >= 1)
     TPOT          s     completed, out > 1             (E2EL - TTFT) / (out - 1)
     TPOT steady   s     completed, out > 2, has ITL_1  (E2EL - TTFT - ITL_1) / (out - 2)
@@ -49,6 +51,20 @@ def is_completed(record: RequestRecord) -> bool:
 def ttft_s(record: RequestRecord) -> float | None:
     """TTFT = first_token - start (seconds); None when no first token arrived."""
     return None if record.first_token is None else record.first_token - record.start
+
+
+def ttfat_s(record: RequestRecord) -> float | None:
+    """TTFAT = first_answer_token - start (seconds); None when no answer text arrived. Under the default TTFT
+    rule a reasoning delta is a first token, so TTFT alone hides how long a reasoning model thinks."""
+    return None if record.first_answer_token is None else record.first_answer_token - record.start
+
+
+def answer_delay_s(record: RequestRecord) -> float | None:
+    """Answer delay = first_answer_token - first_token (seconds): TTFAT - TTFT, the time spent reasoning (or in
+    tool calls) before the answer; None unless both exist."""
+    if record.first_answer_token is None or record.first_token is None:
+        return None
+    return record.first_answer_token - record.first_token
 
 
 def e2el_s(record: RequestRecord) -> float | None:

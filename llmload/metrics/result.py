@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from llmload.choices import TTFT_RULES  # noqa: F401  (re-exported; one spelling: llmload.choices)
 from llmload.metrics.percentiles import linear_percentiles
+
+if TYPE_CHECKING:
+    from llmload.metrics.conversation_result import ConversationMetrics
 
 #: vLLM's ``--percentile-metrics`` names, in the order vLLM reports them
 METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
@@ -113,6 +116,9 @@ class BenchmarkMetrics:
     class_slos: dict[str, dict[str, float]] = field(default_factory=dict)
     #: user class -> that class's metrics; empty unless the records carry more than one class
     by_class: dict[str, BenchmarkMetrics] = field(default_factory=dict)
+    #: turns, conversations, reasoning and prefix-cache numbers; None for a run with none of those
+    #: (:mod:`llmload.metrics.conversations`)
+    conversations: ConversationMetrics | None = None
 
     @property
     def sent(self) -> int:
@@ -126,7 +132,8 @@ class BenchmarkMetrics:
         return slos or None
 
     def to_result_dict(self) -> dict[str, Any]:
-        """The result JSON: vLLM's keys first (selected metrics only), then llmload's own keys, then
+        """The result JSON: vLLM's keys first (selected metrics only), then llmload's own keys (with
+        ``conversations``, ``turns``, ``reasoning``, ``prefix_cache`` when the run has that data), then
         ``by_class`` when the run had more than one user class."""
         result: dict[str, Any] = {
             "duration": self.duration,
@@ -149,6 +156,8 @@ class BenchmarkMetrics:
         result.update(self.schedule_lag.keys("schedule_lag", with_max=True))
         result["late_sends"] = self.late_sends
         result["late_send_threshold_ms"] = self.late_send_threshold_ms
+        if self.conversations is not None:
+            result.update(self.conversations.result_keys())
         if self.by_class:
             result["by_class"] = {c: m.class_result_dict() for c, m in self.by_class.items()}
         return result

@@ -13,7 +13,10 @@ time from the first request's start to the last one's end (as the result JSON).
 
 Run-wide ITL percentiles are exact up to :data:`ITL_EXACT_LIMIT` values, then come from
 :class:`llmload.metrics.LogHistogram` (1 % buckets; ``itl_exact`` says which). With more than one user class
-``window`` and ``run`` also hold ``by_class``: ``{class: the same numbers over that class's requests}``.
+``window`` and ``run`` also hold ``by_class``: ``{class: the same numbers over that class's requests}``. When some
+request was a turn of a conversation (``turn > 0``), ``window`` and ``run`` also hold ``turns``: one row per turn
+index (``turn``, ``label``, ``requests``, ``completed``, ``ttft_p50_ms``, ``tpot_p50_ms``, ``cached_fraction``;
+:meth:`llmload.metrics.ConversationTally.live_rows`, turns from 16 on pooled as ``"16+"``).
 """
 
 from __future__ import annotations
@@ -126,7 +129,7 @@ class LiveStats:
             out["errors"] = _kinds(out["errors"])
             return out | {"window_s": window_s, "span_s": span}
 
-        return self._with_classes(numbers)
+        return self._with_classes(numbers, acc)
 
     def run(self, *, slos_ms: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Numbers over every request of the test so far (exact, up to :data:`ITL_EXACT_LIMIT` ITLs); with more
@@ -139,10 +142,14 @@ class LiveStats:
             del out["errors"]
             return {"duration_s": duration, **out}
 
-        return self._with_classes(numbers)
+        return self._with_classes(numbers, self.acc)
 
-    def _with_classes(self, numbers: Callable[[str | None], dict[str, Any]]) -> dict[str, Any]:
+    def _with_classes(self, numbers: Callable[[str | None], dict[str, Any]], acc: MetricsAccumulator
+                      ) -> dict[str, Any]:
         out = numbers(None)
+        turns = acc.conversations.live_rows()
+        if turns is not None:
+            out["turns"] = turns
         if len(self.classes) > 1:
             out["by_class"] = {c: numbers(c) for c in self.classes}
         return out

@@ -13,6 +13,10 @@
   var LAT = [["ttft", "TTFT"], ["itl", "ITL"], ["tpot", "TPOT"], ["tpot_steady", "TPOT excl. 1st ITL"],
              ["e2el", "E2E latency"], ["queue_time", "Queue time"], ["schedule_lag", "Schedule lag"]];
   var PCTS = ["p50", "p90", "p99"];
+  // the per-turn table: [key in run.turns rows, header, digits]; cached_fraction is shown as %
+  var TURN_COLS = [["label", "turn"], ["requests", "requests", 0], ["completed", "completed", 0],
+                   ["ttft_p50_ms", "TTFT p50 (ms)", 1], ["tpot_p50_ms", "TPOT p50 (ms)", 2],
+                   ["cached_fraction", "cached %", 1]];
 
   function el(tag, attrs, children) {
     var node = document.createElement(tag);
@@ -96,6 +100,12 @@
     p.appendChild(el("table", {id: "llm-throughput-table"}, [
       el("thead", {}, [el("tr", {}, [el("th", {text: ""}), el("th", {text: "window"}), el("th", {text: "run"})])]), tput]));
 
+    // multi-turn runs only: one row per turn index (run.turns), hidden otherwise
+    var turnHead = el("tr", {}, TURN_COLS.map(function (c) { return el("th", {text: c[1]}); }));
+    p.appendChild(el("div", {id: "llm-turns", style: "display:none"}, [
+      el("h3", {text: "By turn (run)"}),
+      el("table", {id: "llm-turns-table"}, [el("thead", {}, [turnHead]), el("tbody", {id: "llm-turns-body"})])]));
+
     p.appendChild(el("h3", {text: "Errors by kind (run)"}));
     p.appendChild(el("table", {id: "llm-errors"}, [el("tbody", {id: "llm-errors-body"})]));
 
@@ -174,6 +184,7 @@
     kinds.sort(function (a, b) { return d.errors[b] - d.errors[a]; }).forEach(function (k) {
       eb.appendChild(el("tr", {}, [el("td", {text: k}), el("td", {text: String(d.errors[k])})]));
     });
+    renderTurns(r.turns);
     var rateInput = document.getElementById("llm-rate-input");
     if (document.activeElement !== rateInput) rateInput.value = d.request_rate;
     document.getElementById("llm-steer-note").textContent = d.arrival === "open"
@@ -193,6 +204,24 @@
       if (seriesCache.length && d.elapsed_s < seriesCache[seriesCache.length - 1].t) seriesCache = d.series.slice();
     }
     draw();
+  }
+
+  function renderTurns(turns) {
+    var box = document.getElementById("llm-turns"), tb = document.getElementById("llm-turns-body");
+    box.style.display = turns && turns.length ? "" : "none";
+    tb.textContent = "";
+    (turns || []).forEach(function (row) {
+      var tr = el("tr", {"data-turn": String(row.turn)});
+      TURN_COLS.forEach(function (c) {
+        var v = row[c[0]];
+        if (c[0] === "cached_fraction" && v !== null && v !== undefined) v = v * 100;
+        var td = el("td", {id: "llm-turn-" + row.turn + "-" + c[0]});
+        tr.appendChild(td);
+        td.textContent = c[0] === "label" ? String(v) : fmt(v, c[2]);
+        td.setAttribute("data-value", v === null || v === undefined ? "" : String(v));
+      });
+      tb.appendChild(tr);
+    });
   }
 
   function draw() {
