@@ -2,9 +2,11 @@
 
     load_samples(name, path, tokenizer, num_prompts, seed, **options) -> list[SampleRequest]
 
-``sharegpt`` (vLLM's sampling rules; the synthetic sample when no path is given), ``random``
-(vLLM's RandomDataset), ``custom`` (JSONL) and ``trace`` (replay of an Azure / BurstGPT / JSONL trace;
-each sample carries its send offset in ``arrival_s``). Malformed input raises ``DatasetError``.
+``sharegpt`` (vLLM's sampling rules; the synthetic sample when no path is given; with ``multi_turn``
+whole conversations, :mod:`llmload.datasets.conversations`), ``random`` (vLLM's RandomDataset),
+``prefix_repetition`` (vLLM's PrefixRepetitionRandomDataset), ``custom`` (JSONL) and ``trace`` (replay of
+an Azure / BurstGPT / JSONL trace; each sample carries its send offset in ``arrival_s``). Malformed input
+raises ``DatasetError``.
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from llmload.datasets.base import SampleRequest, Tokenizer, token_len
+from llmload.datasets.conversations import sample_conversations
 from llmload.datasets.custom import sample_custom
+from llmload.datasets.prefix_repetition import sample_prefix_repetition
 from llmload.datasets.random_dataset import sample_random
 from llmload.datasets.sharegpt import default_sharegpt_path, load_conversations, sample_sharegpt
 from llmload.datasets.traces import TRACE_FORMATS, sample_trace
 from llmload.errors import ConfigError, DatasetError
 
-DATASET_NAMES = ("sharegpt", "random", "custom", "trace")
+DATASET_NAMES = ("sharegpt", "random", "prefix_repetition", "custom", "trace")
 
 __all__ = [
     "DATASET_NAMES",
@@ -29,7 +33,9 @@ __all__ = [
     "default_sharegpt_path",
     "load_conversations",
     "load_samples",
+    "sample_conversations",
     "sample_custom",
+    "sample_prefix_repetition",
     "sample_random",
     "sample_sharegpt",
     "sample_trace",
@@ -47,15 +53,18 @@ def load_samples(
 ) -> list[SampleRequest]:
     """Build the workload for ``--dataset-name``.
 
-    Options: sharegpt ``fixed_output_len``; random ``input_len``, ``output_len``, ``range_ratio``,
-    ``prefix_len``; custom ``default_output_len``; trace ``trace_format``, ``time_scale``,
+    Options: sharegpt ``fixed_output_len``, ``multi_turn`` (whole conversations), ``max_turns`` and
+    ``system_prompt_len`` (both only with ``multi_turn``); random ``input_len``, ``output_len``,
+    ``range_ratio``, ``prefix_len``; prefix_repetition ``prefix_len``, ``suffix_len``, ``num_prefixes``,
+    ``output_len``; custom ``default_output_len``; trace ``trace_format``, ``time_scale``,
     ``trace_start``, ``trace_duration``, ``prompt_path`` (``num_prompts`` ``None`` = the whole window).
     ``None`` values mean "use the default".
     """
     options = {k: v for k, v in options.items() if v is not None}
     allowed = {
-        "sharegpt": {"fixed_output_len"},
+        "sharegpt": {"fixed_output_len", "multi_turn", "max_turns", "system_prompt_len"},
         "random": {"input_len", "output_len", "range_ratio", "prefix_len"},
+        "prefix_repetition": {"prefix_len", "suffix_len", "num_prefixes", "output_len"},
         "custom": {"default_output_len"},
         "trace": {"trace_format", "time_scale", "trace_start", "trace_duration", "prompt_path"},
     }
@@ -66,9 +75,11 @@ def load_samples(
         raise ConfigError(f"options {sorted(unknown)} do not apply to --dataset-name {dataset_name}")
     if dataset_name == "sharegpt":
         path = dataset_path if dataset_path is not None else default_sharegpt_path()
-        return sample_sharegpt(path, tokenizer, num_prompts, seed, **options)
+        return _sharegpt(path, tokenizer, num_prompts, seed, options)
     if dataset_name == "random":
         return sample_random(tokenizer, num_prompts, seed, **options)
+    if dataset_name == "prefix_repetition":
+        return sample_prefix_repetition(tokenizer, num_prompts, seed, **options)
     if dataset_name == "trace":
         if dataset_path is None:
             raise DatasetError(
@@ -78,3 +89,15 @@ def load_samples(
     if dataset_path is None:
         raise DatasetError("--dataset-name custom needs --dataset-path pointing at a JSONL file")
     return sample_custom(dataset_path, tokenizer, num_prompts, **options)
+
+
+def _sharegpt(
+    path: str | Path, tokenizer: Tokenizer, num_prompts: int | None, seed: int, options: dict[str, Any]
+) -> list[SampleRequest]:
+    """First turns, or whole conversations with ``multi_turn``; the multi-turn options need it."""
+    if options.pop("multi_turn", False):
+        return sample_conversations(path, tokenizer, num_prompts, seed, **options)
+    for name, flag in (("max_turns", "--max-turns"), ("system_prompt_len", "--system-prompt-len")):
+        if options.pop(name, 0):
+            raise ConfigError(f"{flag} applies to whole conversations only: add --multi-turn")
+    return sample_sharegpt(path, tokenizer, num_prompts, seed, **options)

@@ -11,6 +11,9 @@ The rules (vLLM ``sample_sharegpt_requests`` / ``ShareGPTDataset``):
    prompt > 1024 tokens, prompt + output > 2048 tokens;
 5. stop once ``num_prompts`` are kept. Fewer may come back; the caller warns.
 
+Steps 1-4 are :func:`select_sharegpt`, which multi-turn sampling (:mod:`llmload.datasets.conversations`)
+shares, so one seed picks the same conversations for both.
+
 The file may be plain JSON or gzip-compressed (``.gz``).
 """
 
@@ -19,7 +22,10 @@ from __future__ import annotations
 import gzip
 import json
 import random
+from collections.abc import Iterator
+from dataclasses import dataclass
 from importlib.resources import files
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -96,17 +102,37 @@ def _turn_text(path: Path, index: int, entry: dict[str, Any], turn: int) -> str:
     return value
 
 
-def sample_sharegpt(
-    path: str | Path,
-    tokenizer: Tokenizer,
-    num_prompts: int,
-    seed: int = 0,
-    *,
-    fixed_output_len: int | None = None,
-) -> list[SampleRequest]:
-    """Up to ``num_prompts`` requests chosen by vLLM's ShareGPT rules (see the module docstring)."""
+@dataclass(frozen=True)
+class Selected:
+    """One conversation that passed vLLM's first-turn rules, with the lengths those rules measured."""
+
+    index: int
+    """Position of the entry in the file."""
+    entry: dict[str, Any]
+    """The raw ShareGPT entry (``{"id", "conversations"}``)."""
+    prompt: str
+    """Turn 0's text."""
+    prompt_len: int
+    """``token_len`` of turn 0."""
+    output_len: int
+    """``token_len`` of turn 1, or ``fixed_output_len``."""
+
+
+def check_fixed_output_len(fixed_output_len: int | None) -> None:
+    """vLLM refuses a fixed output length under 4 tokens."""
     if fixed_output_len is not None and fixed_output_len < MIN_LEN:
         raise DatasetError(f"--sharegpt-output-len must be at least {MIN_LEN}, got {fixed_output_len}")
+
+
+def select_sharegpt(
+    path: str | Path, tokenizer: Tokenizer, seed: int = 0, *, fixed_output_len: int | None = None
+) -> Iterator[Selected]:
+    """The conversations vLLM's rules keep (steps 1-4 of the module docstring), in shuffled order.
+
+    The file is read and shuffled now (its errors surface at the call); the length filters run lazily,
+    so a caller tokenizes only as many as it takes. First-turn and multi-turn sampling share this one
+    selection, which is what makes a seed pick the same conversations in both.
+    """
     path = Path(path)
     data = load_conversations(path)
     pairs = [
@@ -117,26 +143,52 @@ def sample_sharegpt(
     if not pairs:
         raise DatasetError(f"{path}: no conversation has two turns")
     random.Random(seed).shuffle(pairs)
-    out: list[SampleRequest] = []
+    return _passing(data, pairs, tokenizer, fixed_output_len)
+
+
+def _passing(
+    data: list[dict[str, Any]],
+    pairs: list[tuple[str, str, int]],
+    tokenizer: Tokenizer,
+    fixed_output_len: int | None,
+) -> Iterator[Selected]:
+    """The shuffled pairs that pass the length filters (steps 3-4), tokenized one at a time."""
     for prompt, completion, index in pairs:
-        if len(out) == num_prompts:
-            break
         prompt_len = token_len(tokenizer, prompt)
         output_len = token_len(tokenizer, completion) if fixed_output_len is None else fixed_output_len
         if prompt_len < MIN_LEN or (fixed_output_len is None and output_len < MIN_LEN):
             continue
         if prompt_len > MAX_PROMPT_LEN or prompt_len + output_len > MAX_TOTAL_LEN:
             continue
-        entry = data[index]
-        out.append(
-            SampleRequest(
-                prompt=prompt,
-                prompt_len=prompt_len,
-                expected_output_len=output_len,
-                conversation=entry["conversations"],
-                request_id=str(entry.get("id", index)),
-            )
+        yield Selected(index, data[index], prompt, prompt_len, output_len)
+
+
+def sample_sharegpt(
+    path: str | Path,
+    tokenizer: Tokenizer,
+    num_prompts: int,
+    seed: int = 0,
+    *,
+    fixed_output_len: int | None = None,
+) -> list[SampleRequest]:
+    """Up to ``num_prompts`` requests chosen by vLLM's ShareGPT rules (see the module docstring)."""
+    check_fixed_output_len(fixed_output_len)
+    selected = select_sharegpt(path, tokenizer, seed, fixed_output_len=fixed_output_len)
+    out = [
+        SampleRequest(
+            prompt=chosen.prompt,
+            prompt_len=chosen.prompt_len,
+            expected_output_len=chosen.output_len,
+            conversation=chosen.entry["conversations"],
+            request_id=request_id(chosen),
         )
+        for chosen in islice(selected, num_prompts)
+    ]
     if not out and num_prompts > 0:
         raise DatasetError(f"{path}: no conversation passes the ShareGPT length filters")
     return out
+
+
+def request_id(chosen: Selected) -> str:
+    """The entry's ``id``, else its position in the file."""
+    return str(chosen.entry.get("id", chosen.index))
