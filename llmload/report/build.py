@@ -11,6 +11,7 @@ from llmload.report.findings import Finding, compare_findings, run_findings
 from llmload.report.loader import load_runs
 from llmload.report.stats import RunStats
 from llmload.report.tables import Table, build_table, to_csv, to_html, to_markdown, to_terminal
+from llmload.report.turns import turn_tables_html, turn_tables_markdown
 
 
 @dataclass
@@ -76,13 +77,14 @@ def build(paths: list[str], out_dir: str | Path, *, name: str, title: str | None
     md = [f"# {title}", ""]
     if any(s.run.simulated for s in stats):
         md += ["**SIMULATED**: runs against llmload's simulated engine, not a real inference server.", ""]
-    md += [to_markdown(table), "## Findings", ""]
+    md += [to_markdown(table), *turn_tables_markdown(stats), "## Findings", ""]
     md += [f"- {f.text()}" for f in findings] or ["- none"]
     if notes:
         md += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     md += ["", "## Figures", ""] + [f"![{f.title}]({f.path.name})" for f in figures]
     files = [out / f"{name}.html", out / f"{name}.md", out / f"{name}.csv"]
-    files[0].write_text(render_html(title, stats, to_html(table), findings, figures, notes, base), encoding="utf-8")
+    files[0].write_text(render_html(title, stats, to_html(table), findings, figures, notes, base,
+                                          turns_html=turn_tables_html(stats)), encoding="utf-8")
     files[1].write_text("\n".join(md) + "\n", encoding="utf-8")
     files[2].write_text(to_csv(table), encoding="utf-8")
     return Outputs(stats, table, findings, notes, files + [f.path for f in figures])

@@ -2,7 +2,8 @@
 
 Every function takes the runs' :class:`RunStats` and returns a ``matplotlib.figure.Figure``; :func:`render_all`
 saves them and says which were skipped and why (vLLM-format runs carry no send or arrival times, so the
-figures over time show only the runs that do). matplotlib is imported here only, when a report is made.
+figures over time show only the runs that do). A run with turns adds "TTFT and cached fraction by turn index"
+(:mod:`llmload.report.turns`). matplotlib is imported here only, when a report is made.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from llmload.report.stats import RunStats
+from llmload.report.turns import TURNS_FIGURE, any_turns, fig_turns
 
 #: (file stem, title) in report order
 FIGURES = (
@@ -268,7 +270,8 @@ def render_all(stats: list[RunStats], out_dir: Path, dpi: int = 100,
     figures: list[Figure] = []
     notes: list[str] = []
     untimed = [s.run.label for s in stats if not s.run.has_timestamps]
-    for name, title in FIGURES:
+    makers = {**_MAKERS, TURNS_FIGURE[0]: fig_turns}
+    for name, title in (*FIGURES, TURNS_FIGURE) if any_turns(stats) else FIGURES:
         if name in _TIMED:
             if not _timed(stats):
                 notes.append(f"{title}: skipped, no run has per-request send and arrival times "
@@ -276,7 +279,7 @@ def render_all(stats: list[RunStats], out_dir: Path, dpi: int = 100,
                 continue
             if untimed:
                 notes.append(f"{title}: without {', '.join(untimed)} (no per-request send and arrival times)")
-        fig = _MAKERS[name](plt, stats)
+        fig = makers[name](plt, stats)
         sim = any(s.run.simulated for s in stats)
         fig.suptitle(title + ("  (SIMULATED engine)" if sim else ""), fontsize=11, y=1.02)
         path = out_dir / f"{prefix}{name}.png"

@@ -44,7 +44,8 @@ def _runs_table(stats: list[RunStats], baseline: int) -> str:
 
 
 def render_html(title: str, stats: list[RunStats], table_html: str, findings: list[Finding],
-                figures: list[Figure], notes: list[str], baseline: int = 0) -> str:
+                figures: list[Figure], notes: list[str], baseline: int = 0, *, turns_html: str = "") -> str:
+    """The whole page; ``turns_html``: the per-turn tables of a multi-turn run, placed after the summary."""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -70,6 +71,8 @@ def render_html(title: str, stats: list[RunStats], table_html: str, findings: li
     if len(stats) > 1:
         parts.append('<p class="note">Relative differences against the baseline; green is better, '
                      "red worse (lower latency, higher throughput).</p>")
+    if turns_html:
+        parts.append(turns_html)
     parts.append("<h2>Figures</h2>")
     for note in notes:
         parts.append(f'<p class="note">{_e(note)}</p>')
