@@ -106,9 +106,14 @@ def test_reasoning_and_prefix_cache(extra) -> None:
 def test_a_turn_cut_off_or_unended_conversation() -> None:
     cut = rec(0.0, [0.1], conv="X", turn=1, turns=2, cut_off=True, end="cut_off")
     quiet = rec(0.0, [0.1, 0.2], conv="Y", turn=1, turns=2)  # its last record names no end
-    c = compute_metrics([cut, quiet], 1.0).conversations.conversations
-    assert c.completed == 0 and c.turns_completed == 1
-    assert c.ended_by == {"completed": 0, "failed": 0, "context_cap": 0, "cut_off": 1, "stopped": 0, "unknown": 1}
+    # the workload's turn count unknown (0): its end decides, but a failed turn still rules it out
+    lost = rec(0.0, [], conv="Z", turn=1, ok=False)
+    later = rec(1.0, [1.1, 1.2], conv="Z", turn=2, end="completed")
+    c = compute_metrics([cut, quiet, lost, later], 2.0).conversations.conversations
+    assert c.completed == 0 and c.turns_completed == 2
+    assert c.ended_by == {"completed": 1, "failed": 0, "context_cap": 0, "cut_off": 1, "stopped": 0, "unknown": 1}
+    # without the failed turn, that conversation is a completed one
+    assert compute_metrics([later], 2.0).conversations.conversations.completed == 1
 
 
 def test_late_turns_share_one_row() -> None:
