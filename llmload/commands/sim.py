@@ -7,6 +7,7 @@ examples:
   llmload sim --profile l40-qwen3-8b-stall      # 2nd token waits for the batch to fill (MAX/SGLang)
   llmload sim --ttft-ms 50 --itl-ms 10          # fixed timing, for measurement-accuracy tests
   llmload sim --dialect transformers --error-rate 0.05 --trace-file trace.jsonl
+  llmload sim --prefix-cache-tokens 200000 --reasoning-tokens 32   # cache hits cut TTFT; chat streams think first
 """
 
 from __future__ import annotations
@@ -32,6 +33,12 @@ def _codes(text: str) -> tuple[int, ...]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    _server_and_timing(parser)
+    _cache_and_generation(parser)
+    _faults_and_trace(parser)
+
+
+def _server_and_timing(parser: argparse.ArgumentParser) -> None:
     net = parser.add_argument_group("server")
     net.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     net.add_argument("--port", type=argtypes.port_or_zero, default=8000, help="port to bind; 0 picks a free one (default: %(default)s)")
@@ -52,6 +59,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     timing.add_argument("--itl-ms", type=argtypes.non_negative, help="fixed-timing mode: gap between chunks")
     timing.add_argument("--tokens-per-chunk", type=argtypes.positive_int, default=1,
                         help="tokens per streamed chunk after the first (speculative decoding emits several)")
+    timing.add_argument("--prefill-ms-per-token", type=argtypes.non_negative, default=0.0, metavar="MS",
+                        help="fixed-timing mode: add this to the TTFT for every prompt token not in the prefix "
+                             "cache (default 0; profiles charge prefill per token themselves)")
+
+
+def _cache_and_generation(parser: argparse.ArgumentParser) -> None:
+    cache = parser.add_argument_group("prefix cache (vLLM-style automatic prefix caching, one cache per worker)")
+    cache.add_argument("--prefix-cache-tokens", type=argtypes.non_negative_int, default=0, metavar="N",
+                       help="cache up to N prompt tokens in full blocks (LRU); cached blocks are not prefilled "
+                            "again, usage reports prompt_tokens_details.cached_tokens (default 0: off)")
+    cache.add_argument("--prefix-cache-block", type=argtypes.positive_int, default=16, metavar="TOKENS",
+                       help="tokens per cache block (default: %(default)s, vLLM's block size)")
 
     gen = parser.add_argument_group("generation")
     gen.add_argument("--seed", type=argtypes.integer, default=0, help="seed for generated text and fault selection")
@@ -60,7 +79,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gen.add_argument("--default-max-tokens", type=argtypes.positive_int, default=256, help="chat max tokens when none is given")
     gen.add_argument("--tokenizer", help="count prompt tokens with this tokenizer ('builtin', a dir or a name) "
                                          "instead of ~4 characters per token")
+    gen.add_argument("--reasoning-tokens", type=argtypes.non_negative_int, default=0, metavar="N",
+                     help="chat: send the first N generated tokens as reasoning_content, the rest as content "
+                          "(default 0; completions never reason)")
 
+
+def _faults_and_trace(parser: argparse.ArgumentParser) -> None:
     faults = parser.add_argument_group("faults (fractions of requests, seeded, at most one fault per request)")
     faults.add_argument("--error-rate", type=argtypes.fraction, default=0.0, help="answer with an HTTP error")
     faults.add_argument("--error-codes", type=_codes, default=(500, 503, 429),
@@ -77,7 +101,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     out = parser.add_argument_group("ground truth")
     out.add_argument("--trace-file", metavar="F",
-                     help="append one JSON line per request with the monotonic send time of every chunk")
+                     help="append one JSON line per request with the monotonic send time of every chunk, "
+                          "cached and prefilled prompt tokens, reasoning tokens and the session")
+    out.add_argument("--trace-prompts", action="store_true",
+                     help="also record each request's messages (chat) or prompt in the trace (big traces)")
+    out.add_argument("--session-header", default="X-Session-ID", metavar="NAME",
+                     help="request header recorded as the trace's session (default: %(default)s)")
 
 
 def config_from_args(args: argparse.Namespace) -> SimConfig:
@@ -95,6 +124,10 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         raise ConfigError(f"--port must be 0-65535, got {args.port}")
     if sum(getattr(args, f) for f in _FAULT_FLAGS) > 1.0:
         raise ConfigError("the fault rates (--error-rate, --disconnect-rate, ...) add up to more than 1")
+    if not args.session_header.strip():
+        raise ConfigError("--session-header needs a header name")
+    if 0 < args.prefix_cache_tokens < args.prefix_cache_block:
+        raise ConfigError("--prefix-cache-tokens must hold at least one block (--prefix-cache-block tokens)")
     profile = PROFILES[args.profile]
     if args.first_decode_stall:
         profile = replace(profile, first_decode_stall=True)
@@ -109,6 +142,9 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
             not_streamed_rate=args.not_streamed_rate,
         ),
         trace_file=args.trace_file, workers=args.workers, tokenizer=args.tokenizer,
+        prefix_cache_tokens=args.prefix_cache_tokens, prefix_cache_block=args.prefix_cache_block,
+        prefill_ms_per_token=args.prefill_ms_per_token, reasoning_tokens=args.reasoning_tokens,
+        session_header=args.session_header.strip(), trace_prompts=args.trace_prompts,
     )
 
 
@@ -119,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     mode = (f"fixed timing (ttft {config.ttft_ms} ms, itl {config.itl_ms} ms)" if config.fixed_timing
             else f"profile {config.profile.name}")
+    if config.prefix_cache:
+        mode += f", prefix cache {config.prefix_cache_tokens} tokens"
 
     def ready(url: str) -> None:
         print(f"llmload sim listening on {url} (model {config.model}, dialect {config.dialect}, {mode}, "

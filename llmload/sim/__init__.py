@@ -6,6 +6,7 @@ truth for llmload's own measurement tests (``--trace-file``), and cheap enough n
 
     config.py     SimConfig and the named timing profiles
     engine.py     the timing models: continuous batching and fixed timing (pure, no I/O)
+    prefix_cache.py  vLLM-style prefix cache: chained block keys, LRU, the last-token rule
     text.py       deterministic generated text
     requests.py   parse and validate a request body into a GenRequest (400 bodies)
     wire.py       render each dialect's stream events and JSON responses

@@ -135,7 +135,22 @@ class SimConfig:
     workers: int = 1
     #: a tokenizer to count prompt tokens exactly (else ~4 characters per token)
     tokenizer: str | None = None
+    #: prefix cache capacity in tokens per process (0: no cache); blocks of ``prefix_cache_block`` tokens
+    prefix_cache_tokens: int = 0
+    prefix_cache_block: int = 16
+    #: fixed-timing mode: extra time to first token per prompt token that is not in the prefix cache
+    prefill_ms_per_token: float = 0.0
+    #: chat: the first N generated tokens are reasoning (``delta.reasoning_content``)
+    reasoning_tokens: int = 0
+    #: the request header whose value the trace records as ``session`` (any case)
+    session_header: str = "X-Session-ID"
+    #: the trace also records each request's messages or prompt
+    trace_prompts: bool = False
 
     @property
     def fixed_timing(self) -> bool:
         return self.ttft_ms is not None or self.itl_ms is not None
+
+    @property
+    def prefix_cache(self) -> bool:
+        return self.prefix_cache_tokens > 0

@@ -6,25 +6,37 @@ per-step token budget on prefill (chunked prefill, decode first as in vLLM V1). 
 completes in a step emits its first token at the end of that step. The step's duration comes from the
 profile's cost model, so TTFT grows with the queue and tokens/s rise with batch size until the step cost
 catches up.
+
+With a :class:`~llmload.sim.prefix_cache.PrefixCache`, a sequence looks its prompt blocks up when it is
+admitted and starts with the cached tokens already prefilled, so its prefill (and its share of the step
+cost) covers only the uncached tokens; its blocks enter the cache in the step its prefill completes.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from llmload.sim.config import Profile
+
+if TYPE_CHECKING:
+    from llmload.sim.prefix_cache import PrefixCache
 
 
 class Seq:
     """One request inside the engine."""
 
-    __slots__ = ("generated", "key", "output_tokens", "prefilled", "prompt_tokens", "reserved", "stall_since")
+    __slots__ = ("blocks", "cached", "generated", "key", "output_tokens", "prefilled", "prompt_tokens", "reserved",
+                 "stall_since")
 
-    def __init__(self, key: object, prompt_tokens: int, output_tokens: int) -> None:
+    def __init__(self, key: object, prompt_tokens: int, output_tokens: int, blocks: Sequence[int] = ()) -> None:
         self.key = key
         self.prompt_tokens = max(1, prompt_tokens)
         self.output_tokens = max(1, output_tokens)
+        #: the prompt's block keys for the prefix cache, and how many prompt tokens it had cached
+        self.blocks = blocks
+        self.cached = 0
         self.prefilled = 0
         self.generated = 0
         self.reserved = self.prompt_tokens + self.output_tokens
@@ -35,9 +47,10 @@ class Seq:
 class BatchEngine:
     """Plans and completes engine steps; the caller supplies the clock."""
 
-    def __init__(self, profile: Profile, tokens_per_chunk: int = 1) -> None:
+    def __init__(self, profile: Profile, tokens_per_chunk: int = 1, cache: PrefixCache | None = None) -> None:
         self.profile = profile
         self.tokens_per_chunk = max(1, tokens_per_chunk)
+        self.cache = cache
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.kv_reserved = 0
@@ -59,10 +72,11 @@ class BatchEngine:
         elif seq in self.waiting:
             self.waiting.remove(seq)
 
-    def plan_step(self, now: float) -> float:
-        """Choose this step's work and return its duration in seconds (0 when idle)."""
+    def _admit(self) -> None:
+        """Move waiting sequences into the batch while seats and KV capacity allow; look up their prefixes."""
         p = self.profile
         running = self.running
+        cache = self.cache
         while self.waiting and len(running) < p.max_num_seqs:
             seq = self.waiting[0]
             if running and self.kv_reserved + seq.reserved > p.kv_capacity:
@@ -70,7 +84,16 @@ class BatchEngine:
             self.waiting.popleft()
             running.append(seq)
             self.kv_reserved += seq.reserved
+            if cache is not None and seq.blocks:
+                seq.cached = cache.lookup(seq.blocks, seq.prompt_tokens)
+                seq.prefilled = seq.cached
 
+    def plan_step(self, now: float) -> float:
+        """Choose this step's work and return its duration in seconds (0 when idle)."""
+        p = self.profile
+        if self.waiting:
+            self._admit()
+        running = self.running
         prefilling = False
         for s in running:
             if s.prefilled < s.prompt_tokens:
@@ -124,7 +147,10 @@ class BatchEngine:
         tpc = self.tokens_per_chunk
         stall = self.profile.first_decode_stall
         finished = False
+        cache = self.cache
         for s in self._prefill_done:
+            if cache is not None and s.blocks:
+                cache.insert(s.blocks)
             s.generated = 1
             out.append((s, 1))
             if s.generated >= s.output_tokens:

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import orjson
 
 from llmload.sim.config import SimConfig
+from llmload.sim.prefix_cache import id_block_hashes, text_block_hashes
 from llmload.sim.text import estimate_tokens, text_offset
+
+#: text -> token ids (``--tokenizer``)
+Tokenize = Callable[[str], Sequence[int]]
 
 #: path -> request kind
 ROUTES: dict[str, str] = {
@@ -35,6 +39,16 @@ class GenRequest:
     include_usage: bool
     text_offset: int
     ignore_eos: bool
+    #: chained keys of the prompt's full blocks (empty when the prefix cache is off)
+    block_hashes: list[int] = field(default_factory=list)
+    #: the prefix cache is on: usage reports ``prompt_tokens_details``
+    prefix_cache: bool = False
+    #: prompt tokens found in the prefix cache, set when the engine admits the request
+    cached_tokens: int = 0
+    #: chat: how many of the output tokens are reasoning (sent first, as ``reasoning_content``)
+    reasoning_tokens: int = 0
+    #: ``--trace-prompts``: the chat messages (role and content) or the prompt, as received
+    trace_prompt: object = None
 
 
 class RequestError(Exception):
@@ -73,22 +87,31 @@ def _int_field(body: dict, name: str) -> int | None:
     return value
 
 
-def _prompt_text(prompt: object) -> tuple[str, int | None]:
+def _is_ids(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+
+
+def _prompt_text(prompt: object) -> tuple[str, list[int] | None]:
     """Completions accept a string, a list with one string, or token ids."""
     if isinstance(prompt, str):
         return prompt, None
     if isinstance(prompt, list) and prompt:
-        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            return "", len(prompt)
+        if _is_ids(prompt):
+            return "", prompt  # type: ignore[return-value]
         if len(prompt) == 1 and isinstance(prompt[0], str):
             return prompt[0], None
-        if len(prompt) == 1 and isinstance(prompt[0], list):
-            return "", len(prompt[0])
+        if len(prompt) == 1 and _is_ids(prompt[0]):
+            return "", prompt[0]
         raise bad_request("llmload sim serves one prompt per request (batched prompts are not supported)", "prompt")
     raise bad_request("'prompt' must be a non-empty string or a list of token ids", "prompt")
 
 
-def _chat_text(messages: object) -> str:
+def render_chat(messages: object) -> str:
+    """The chat prompt as the engine sees it: ``role: content`` lines, one per message, in order.
+
+    A stand-in for a chat template: re-sending a conversation's history plus new messages gives a text that
+    starts with the previous turn's text, so the prefix cache sees the shared history.
+    """
     if not isinstance(messages, list) or not messages:
         raise bad_request("'messages' must be a non-empty list", "messages")
     parts: list[str] = []
@@ -96,21 +119,25 @@ def _chat_text(messages: object) -> str:
         if not isinstance(message, dict) or "role" not in message:
             raise bad_request(f"messages[{i}] must be an object with a 'role'", "messages")
         content = message.get("content")
-        if isinstance(content, str):
-            parts.append(content)
-        elif isinstance(content, list):
-            parts.extend(p.get("text", "") for p in content if isinstance(p, dict))
-        elif content is not None:
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        elif content is None:
+            content = ""
+        elif not isinstance(content, str):
             raise bad_request(f"messages[{i}].content must be a string or a list of parts", "messages")
-    return "\n".join(parts)
+        parts.append(f"{message['role']}: {content}\n")
+    return "".join(parts)
 
 
 class RequestParser:
-    """Validates bodies for every route; counts prompt tokens and decides each request's output length."""
+    """Validates bodies for every route; counts prompt tokens and decides each request's output length.
 
-    def __init__(self, config: SimConfig, count_tokens: Callable[[str], int] | None = None) -> None:
+    ``tokenize`` (``--tokenizer``) turns text into token ids; without it a prompt is ~4 characters a token.
+    """
+
+    def __init__(self, config: SimConfig, tokenize: Tokenize | None = None) -> None:
         self.config = config
-        self.count_tokens = count_tokens or estimate_tokens
+        self.tokenize = tokenize
 
     def parse(self, kind: str, raw: bytes) -> GenRequest:
         cfg = self.config
@@ -133,25 +160,54 @@ class RequestParser:
         else:
             fields = _trt_fields(body)
 
-        text, max_tokens = fields.text, fields.max_tokens
-        prompt_tokens = fields.ids if fields.ids is not None else self.count_tokens(text)
+        text, ids = fields.text, fields.ids
+        if ids is None and self.tokenize is not None:
+            ids = self.tokenize(text)
+        prompt_tokens = len(ids) if ids is not None else estimate_tokens(text)
+        max_tokens = fields.max_tokens
+        if fields.default_max:
+            # no max_tokens in a chat request: what is left of the context, at most the default (as vLLM)
+            max_tokens = max(1, min(max_tokens, cfg.max_model_len - prompt_tokens))
         if prompt_tokens + max_tokens > cfg.max_model_len:
             raise bad_request(
                 f"This model's maximum context length is {cfg.max_model_len} tokens. However, you requested "
                 f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the completion).",
             )
         offset = text_offset(cfg.seed, text) if text else (cfg.seed + prompt_tokens) % 1000
+        output_tokens = _output_tokens(cfg, offset, max_tokens, fields.ignore_eos)
         return GenRequest(
             kind=kind,
             stream=fields.stream,
             model=model,
             prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
-            output_tokens=_output_tokens(cfg, offset, max_tokens, fields.ignore_eos),
+            output_tokens=output_tokens,
             include_usage=fields.include_usage,
             text_offset=offset,
             ignore_eos=fields.ignore_eos,
+            block_hashes=_block_hashes(cfg, text, ids, prompt_tokens),
+            prefix_cache=cfg.prefix_cache,
+            reasoning_tokens=min(cfg.reasoning_tokens, output_tokens) if kind == "chat" else 0,
+            trace_prompt=_trace_prompt(kind, body, fields) if cfg.trace_prompts else None,
         )
+
+
+def _block_hashes(cfg: SimConfig, text: str, ids: Sequence[int] | None, prompt_tokens: int) -> list[int]:
+    """The prompt's block keys, hashed once per request and only when the prefix cache is on."""
+    if not cfg.prefix_cache:
+        return []
+    if ids is not None:
+        return id_block_hashes(ids, cfg.prefix_cache_block)
+    return text_block_hashes(text, cfg.prefix_cache_block, prompt_tokens)
+
+
+def _trace_prompt(kind: str, body: dict, fields: _Fields) -> object:
+    """What ``--trace-prompts`` records: a chat's messages (role and content), else the prompt."""
+    if kind == "chat":
+        return [{"role": m.get("role"), "content": m.get("content")} for m in body["messages"]]
+    if fields.ids is not None:
+        return list(fields.ids)
+    return fields.text
 
 
 @dataclass(slots=True)
@@ -159,12 +215,14 @@ class _Fields:
     """What one route's body says about the generation, before the prompt is counted."""
 
     text: str
-    #: the prompt's length when it came as token ids
-    ids: int | None
+    #: the prompt when it came as token ids
+    ids: list[int] | None
     max_tokens: int
     ignore_eos: bool
     stream: bool
     include_usage: bool = False
+    #: the request gave no max_tokens: ``max_tokens`` is the default, capped by the context left
+    default_max: bool = False
 
 
 def _openai_fields(kind: str, body: dict, model: object, cfg: SimConfig) -> _Fields:
@@ -182,15 +240,13 @@ def _openai_fields(kind: str, body: dict, model: object, cfg: SimConfig) -> _Fie
         if "prompt" not in body:
             raise bad_request("'prompt' is required", "prompt")
         text, ids = _prompt_text(body["prompt"])
-        max_tokens = _int_field(body, "max_tokens") or 16
-    else:
-        if "messages" not in body:
-            raise bad_request("'messages' is required", "messages")
-        text, ids = _chat_text(body["messages"]), None
-        max_tokens = (
-            _int_field(body, "max_completion_tokens") or _int_field(body, "max_tokens") or cfg.default_max_tokens
-        )
-    return _Fields(text, ids, max_tokens, ignore_eos, stream, include_usage)
+        return _Fields(text, ids, _int_field(body, "max_tokens") or 16, ignore_eos, stream, include_usage)
+    if "messages" not in body:
+        raise bad_request("'messages' is required", "messages")
+    text = render_chat(body["messages"])
+    max_tokens = _int_field(body, "max_completion_tokens") or _int_field(body, "max_tokens")
+    return _Fields(text, None, max_tokens or cfg.default_max_tokens, ignore_eos, stream, include_usage,
+                   default_max=max_tokens is None)
 
 
 def _sglang_fields(body: dict) -> _Fields:
@@ -198,12 +254,14 @@ def _sglang_fields(body: dict) -> _Fields:
     ids = body.get("input_ids")
     if not isinstance(text, str) and not isinstance(ids, list):
         raise bad_request("'text' (a string) or 'input_ids' is required", "text")
+    if ids is not None and not _is_ids(ids):
+        raise bad_request("'input_ids' must be a list of token ids", "input_ids")
     params = body.get("sampling_params") or {}
     if not isinstance(params, dict):
         raise bad_request("'sampling_params' must be an object", "sampling_params")
     return _Fields(
         text=text if isinstance(text, str) else "",
-        ids=len(ids) if isinstance(ids, list) else None,
+        ids=ids if isinstance(ids, list) else None,
         max_tokens=_int_field(params, "max_new_tokens") or 128,
         ignore_eos=bool(params.get("ignore_eos", False)),
         stream=bool(body.get("stream", False)),

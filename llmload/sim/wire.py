@@ -9,6 +9,11 @@ Dialect quirks (what real engines do that clients trip over):
 - ``max``: vLLM's wire format (its difference is timing; see the stall profiles).
 - ``transformers``: the role chunk is sent before generation; usage rides on the finish chunk together with
   ``choices``; no ``[DONE]``; errors arrive as ``data: {"error": ...}`` inside a 200 response.
+
+Usage carries ``prompt_tokens_details.cached_tokens`` whenever the prefix cache is on (as vLLM does with
+prefix caching enabled) and, for chat with reasoning, ``completion_tokens_details.reasoning_tokens``. Chat's
+first ``reasoning_tokens`` tokens go out as ``delta.reasoning_content`` (vLLM's field), the rest as
+``delta.content``; a chunk that straddles the boundary carries both.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import orjson
 
 from llmload.sim.requests import GenRequest
+from llmload.sim.text import text_of
 
 _NULL = b"null"
 
@@ -25,11 +31,16 @@ def _sse(payload: bytes) -> bytes:
 
 
 def _usage(req: GenRequest, completion_tokens: int) -> bytes:
-    return b'{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d}' % (
+    out = b'{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d' % (
         req.prompt_tokens,
         req.prompt_tokens + completion_tokens,
         completion_tokens,
     )
+    if req.prefix_cache:
+        out += b',"prompt_tokens_details":{"cached_tokens":%d}' % req.cached_tokens
+    if req.reasoning_tokens:
+        out += b',"completion_tokens_details":{"reasoning_tokens":%d}' % min(req.reasoning_tokens, completion_tokens)
+    return out + b"}"
 
 
 class Wire:
@@ -51,7 +62,8 @@ class Wire:
         """Events sent immediately before the first token."""
         return b""
 
-    def token_event(self, text: bytes, generated: int, last: bool) -> bytes:
+    def token_event(self, text: bytes, generated: int, last: bool, n: int = 1) -> bytes:
+        """The event for ``n`` tokens (``text``) that bring the count to ``generated``."""
         raise NotImplementedError
 
     def tail_events(self) -> bytes:
@@ -102,7 +114,7 @@ class CompletionsWire(_OpenAIWire):
             return self._pre + self._post
         return b""
 
-    def token_event(self, text: bytes, generated: int, last: bool) -> bytes:
+    def token_event(self, text: bytes, generated: int, last: bool, n: int = 1) -> bytes:
         if not last:
             return self._pre + text + self._post
         tail = b'","logprobs":null,"finish_reason":' + self._finish() + b',"stop_reason":null}]'
@@ -128,6 +140,8 @@ class ChatWire(_OpenAIWire):
         )
         self._pre = b"data: " + self._head + b'{"index":0,"delta":{"content":"'
         self._post = b'"},"logprobs":null,"finish_reason":null}]}\n\n'
+        self._think = b"data: " + self._head + b'{"index":0,"delta":{"reasoning_content":"'
+        self._reasoning = req.reasoning_tokens
         self._role = (
             b"data: " + self._head + b'{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,'
             b'"finish_reason":null}]}\n\n'
@@ -148,23 +162,37 @@ class ChatWire(_OpenAIWire):
             return self._role
         return b""
 
-    def token_event(self, text: bytes, generated: int, last: bool) -> bytes:
+    def token_event(self, text: bytes, generated: int, last: bool, n: int = 1) -> bytes:
+        """The chunk of tokens ``generated - n`` to ``generated``; reasoning tokens come first."""
+        reasoning = self._reasoning
+        if generated <= reasoning:
+            pre = self._think + text
+        elif generated - n < reasoning:  # the chunk holds the last reasoning tokens and the first answer ones
+            offset = self.req.text_offset
+            pre = (self._think + text_of(offset, generated - n, reasoning - generated + n) + b'","content":"'
+                   + text_of(offset, reasoning, generated - reasoning))
+        else:
+            pre = self._pre + text
         if not last:
-            return self._pre + text + self._post
+            return pre + self._post
         tail = b'"},"logprobs":null,"finish_reason":' + self._finish() + b"}]"
         if self.dialect == "transformers":
             tail += b',"usage":' + _usage(self.req, generated)
-        return self._pre + text + tail + b"}\n\n"
-
+        return pre + tail + b"}\n\n"
 
     def full_json(self, text: bytes) -> bytes:
         head = self._head.replace(b"chat.completion.chunk", b"chat.completion", 1)
-        choice = (
-            b'{"index":0,"message":{"role":"assistant","content":"' + text + b'"},"logprobs":null,"finish_reason":'
-            + self._finish()
-            + b"}"
-        )
-        return head + choice + b'],"usage":' + _usage(self.req, self.req.output_tokens) + b"}"
+        req = self.req
+        if req.reasoning_tokens:
+            # vLLM's reasoning parser: content is null when the whole output is reasoning
+            answer = req.output_tokens - req.reasoning_tokens
+            content = b'"' + text_of(req.text_offset, req.reasoning_tokens, answer) + b'"' if answer else _NULL
+            message = (b'{"role":"assistant","reasoning_content":"' + text_of(req.text_offset, 0, req.reasoning_tokens)
+                       + b'","content":' + content + b"}")
+        else:
+            message = b'{"role":"assistant","content":"' + text + b'"}'
+        choice = b'{"index":0,"message":' + message + b',"logprobs":null,"finish_reason":' + self._finish() + b"}"
+        return head + choice + b'],"usage":' + _usage(req, req.output_tokens) + b"}"
 
 
 class SGLangWire(Wire):
@@ -180,15 +208,15 @@ class SGLangWire(Wire):
 
     def _event(self, generated: int, finish: bytes) -> bytes:
         return (
-            b'{"text":"' + self._text + b'",' + self._meta + b"%d" % generated + b',"cached_tokens":0,"finish_reason":'
-            + finish + b'},"index":0}'
+            b'{"text":"' + self._text + b'",' + self._meta + b'%d,"cached_tokens":%d,"finish_reason":' % (
+                generated, self.req.cached_tokens) + finish + b'},"index":0}'
         )
 
     def _finish(self, generated: int) -> bytes:
         kind = b"length" if self.req.output_tokens >= self.req.max_tokens else b"stop"
         return b'{"type":"' + kind + b'","length":%d}' % generated
 
-    def token_event(self, text: bytes, generated: int, last: bool) -> bytes:
+    def token_event(self, text: bytes, generated: int, last: bool, n: int = 1) -> bytes:
         self._text += text
         return _sse(self._event(generated, self._finish(generated) if last else _NULL))
 
@@ -207,7 +235,7 @@ class TGIWire(Wire):
         super().__init__(req, dialect, request_id, created)
         self._text = b""
 
-    def token_event(self, text: bytes, generated: int, last: bool) -> bytes:
+    def token_event(self, text: bytes, generated: int, last: bool, n: int = 1) -> bytes:
         self._text += text
         token = b'{"index":%d,"token":{"id":%d,"text":"' % (generated, generated) + text + b'","logprob":0.0,"special":false}'
         if last:
@@ -228,7 +256,7 @@ class TRTWire(Wire):
     def __init__(self, req: GenRequest, dialect: str, request_id: str, created: int) -> None:
         super().__init__(req, dialect, request_id, created)
 
-    def token_event(self, text: bytes, generated: int, last: bool) -> bytes:
+    def token_event(self, text: bytes, generated: int, last: bool, n: int = 1) -> bytes:
         end = b"true" if last else b"false"
         return (
             b'data: {"model_name":"ensemble","model_version":"1","sequence_end":' + end

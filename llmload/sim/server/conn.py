@@ -45,7 +45,7 @@ class Job:
 
     __slots__ = (
         "chunk_times", "chunk_tokens", "client_id", "conn", "fault", "fault_at", "generated", "held", "path",
-        "received", "req", "request_id", "seq", "stalled_until", "started", "text", "wire",
+        "received", "req", "request_id", "seq", "session", "stalled_until", "started", "text", "wire",
     )
 
     def __init__(self, conn: Conn, req: GenRequest, wire: Wire, request_id: str, client_id: str, path: str) -> None:
@@ -55,6 +55,8 @@ class Job:
         self.request_id = request_id
         self.client_id = client_id
         self.path = path
+        #: the session header's value (``--session-header``), or None
+        self.session: str | None = None
         self.received = 0.0
         self.started = 0.0
         self.generated = 0
@@ -68,6 +70,11 @@ class Job:
         self.stalled_until = 0.0
         #: engine chunks produced during a stall, sent when it ends
         self.held: list[bytes] = []
+
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens the prefix cache held: the engine's lookup, else the fixed-timing one."""
+        return self.seq.cached if self.seq is not None else self.req.cached_tokens
 
 
 class Connections:

@@ -12,7 +12,6 @@ import os
 import select
 import socket
 import time
-from collections.abc import Callable
 from itertools import count
 
 from llmload.metrics.percentiles import rank_bucket
@@ -20,7 +19,8 @@ from llmload.sim.config import SimConfig
 from llmload.sim.engine import BatchEngine
 from llmload.sim.faults import FaultPicker
 from llmload.sim.loop import EventLoop
-from llmload.sim.requests import RequestParser
+from llmload.sim.prefix_cache import PrefixCache
+from llmload.sim.requests import RequestParser, Tokenize
 from llmload.sim.server.conn import Conn, Connections
 from llmload.sim.server.http import HttpFront
 from llmload.sim.server.streaming import Streaming
@@ -31,13 +31,17 @@ class SimServer(Streaming, HttpFront, Connections):
     """The simulated engine's HTTP front end and chunk scheduler."""
 
     def __init__(self, config: SimConfig, sock: socket.socket, worker_index: int = 0,
-                 count_tokens: Callable[[str], int] | None = None) -> None:
+                 tokenize: Tokenize | None = None) -> None:
         self.config = config
         self.sock = sock
         self.loop = EventLoop()
-        self.parser = RequestParser(config, count_tokens)
+        self.parser = RequestParser(config, tokenize)
         self.faults = FaultPicker(config.faults, config.seed * 7919 + worker_index)
-        self.engine = None if config.fixed_timing else BatchEngine(config.profile, config.tokens_per_chunk)
+        # one cache per process: --workers N behave as N replicas, each with its own prefix cache
+        self.prefix_cache = (PrefixCache(config.prefix_cache_tokens, config.prefix_cache_block)
+                             if config.prefix_cache else None)
+        self.engine = (None if config.fixed_timing
+                       else BatchEngine(config.profile, config.tokens_per_chunk, self.prefix_cache))
         self._step_deadline: float | None = None
         self.conns: dict[int, Conn] = {}
         self._ids = count(1)
@@ -51,6 +55,7 @@ class SimServer(Streaming, HttpFront, Connections):
         self._timer_seq = self.loop._seq
         self._lateness = self.loop.lateness
         self._itl_s = (config.itl_ms or 0.0) / 1000.0
+        self._session_header = config.session_header.strip().lower()  # request headers are lower-cased
         sock.setblocking(False)
         self.loop.register(sock.fileno(), select.EPOLLIN, self._on_accept)
 
@@ -80,6 +85,7 @@ class SimServer(Streaming, HttpFront, Connections):
             return 0.0 if k is None else k * 10.0
 
         engine = self.engine
+        cache = self.prefix_cache
         return {
             "pid": os.getpid(),
             "requests": self.requests,
@@ -88,4 +94,8 @@ class SimServer(Streaming, HttpFront, Connections):
             "lateness_us": {"p50": pct(50), "p99": pct(99), "p999": pct(99.9), "max": pct(100)},
             "running": len(engine.running) if engine else None,
             "waiting": len(engine.waiting) if engine else None,
+            "prefix_cache": None if cache is None else {
+                "tokens": cache.tokens, "capacity_tokens": cache.capacity_blocks * cache.block_size,
+                "hit_tokens": cache.hits, "query_tokens": cache.queries,
+            },
         }

@@ -1,7 +1,8 @@
 """Generation jobs: start a request, schedule its chunks, inject its fault, send each chunk on time.
 
 Chunks come from the continuous-batching engine's step ends, or, in fixed-timing mode, from one timer per
-job at ``received + ttft + k·itl``. :class:`Streaming` is one part of
+job at ``received + ttft + k·itl`` (``ttft`` plus ``--prefill-ms-per-token`` for each prompt token the
+prefix cache did not hold). :class:`Streaming` is one part of
 :class:`~llmload.sim.server.core.SimServer`; it uses :class:`~llmload.sim.server.conn.Connections` for
 I/O and :class:`~llmload.sim.server.http.HttpFront` for whole responses.
 """
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from llmload.sim.engine import BatchEngine
     from llmload.sim.faults import Fault, FaultPicker
     from llmload.sim.loop import EventLoop
+    from llmload.sim.prefix_cache import PrefixCache
     from llmload.sim.requests import RequestParser
     from llmload.sim.server.tracefile import TraceFile
 
@@ -41,6 +43,7 @@ class Streaming:
     parser: RequestParser
     faults: FaultPicker
     engine: BatchEngine | None
+    prefix_cache: PrefixCache | None
     trace: TraceFile
     wall_offset: float
     requests: int
@@ -52,6 +55,7 @@ class Streaming:
     _timer_seq: Iterator[int]
     _lateness: list[int]
     _itl_s: float
+    _session_header: str
     _send: Callable[[Conn, bytes], None]
     _close: Callable[[Conn], None]
     _close_abruptly: Callable[[Conn], None]
@@ -73,6 +77,7 @@ class Streaming:
         wire = make_wire(req, self.config.dialect, request_id, int(self.wall_offset + received))
         job = Job(conn, req, wire, request_id, headers.get("x-request-id", ""), path)
         job.received = received
+        job.session = headers.get(self._session_header)
         conn.job = job
         fault = self.faults.pick()
         job.fault = fault
@@ -129,10 +134,13 @@ class Streaming:
             self._send(conn, STREAM_HEAD + frame(job.wire.head_events()))
         cfg = self.config
         if self.engine is None:
-            ttft = (cfg.ttft_ms or 0.0) / 1000.0
+            req = job.req
+            if self.prefix_cache is not None and req.block_hashes:
+                req.cached_tokens = self.prefix_cache.lookup(req.block_hashes, req.prompt_tokens)
+            ttft = ((cfg.ttft_ms or 0.0) + cfg.prefill_ms_per_token * (req.prompt_tokens - req.cached_tokens)) / 1000.0
             self.loop.call_at(job.received + ttft, self._fixed_tick, job)
         else:
-            job.seq = Seq(job, job.req.prompt_tokens, job.req.output_tokens)
+            job.seq = Seq(job, job.req.prompt_tokens, job.req.output_tokens, job.req.block_hashes)
             self.engine.add(job.seq)
             if self._step_deadline is None:
                 self._begin_step(now)
@@ -146,6 +154,8 @@ class Streaming:
     # -- the two clocks ----------------------------------------------------------------------------------
 
     def _fixed_tick(self, job: Job, deadline: float) -> None:
+        if job.generated == 0 and self.prefix_cache is not None:
+            self.prefix_cache.insert(job.req.block_hashes)  # the prefill is done (also if the client left)
         conn = job.conn
         if conn.job is not job:
             return
@@ -223,12 +233,14 @@ class Streaming:
         req = job.req
         conn = job.conn
         index = len(job.chunk_tokens)
+        if index == 0 and job.seq is not None:
+            req.cached_tokens = job.seq.cached  # the engine looked the prompt up when it admitted it
         text = text_of(req.text_offset, job.generated, n)
         job.generated += n
         last = job.generated >= req.output_tokens
         if not req.stream:
             return self._collect(job, text, n, now, last)
-        event = job.wire.token_event(text, job.generated, last)
+        event = job.wire.token_event(text, job.generated, last, n)
         if index == 0:
             event = job.wire.first_events() + event
         fault = job.fault

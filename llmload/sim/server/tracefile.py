@@ -2,7 +2,9 @@
 
 Every worker process appends to the same file with ``O_APPEND``; each line is one ``write``, so lines from
 different workers never interleave. Times are ``time.monotonic()`` seconds; ``wall_offset`` turns them into
-wall-clock time.
+wall-clock time. ``cached_tokens`` are the prompt tokens the prefix cache held, ``prefill_tokens`` the rest
+(the prompt tokens the engine computed); ``session`` is the ``--session-header`` value. Only with
+``--trace-prompts`` does a line carry the request's ``messages`` (chat) or ``prompt``: traces stay small.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ if TYPE_CHECKING:
 
 def trace_entry(job: Job, status: str, wall_offset: float) -> dict:
     """The trace line for a finished (or abandoned) job; ``status`` says how it ended."""
-    return {
+    req = job.req
+    cached = job.cached_tokens
+    entry = {
         "id": job.request_id,
         "client_id": job.client_id,
         "path": job.path,
@@ -36,7 +40,14 @@ def trace_entry(job: Job, status: str, wall_offset: float) -> dict:
         "clock": "monotonic",
         "wall_offset": wall_offset,
         "pid": os.getpid(),
+        "cached_tokens": cached,
+        "prefill_tokens": req.prompt_tokens - cached,
+        "reasoning_tokens": min(req.reasoning_tokens, sum(job.chunk_tokens)),
+        "session": job.session,
     }
+    if req.trace_prompt is not None:
+        entry["messages" if req.kind == "chat" else "prompt"] = req.trace_prompt
+    return entry
 
 
 class TraceFile:

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 
 from llmload.sim.config import SimConfig
+from llmload.sim.requests import Tokenize
 from llmload.sim.server.core import SimServer
 
 _STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
@@ -25,13 +26,14 @@ def _listen(host: str, port: int, reuse_port: bool) -> socket.socket:
     return sock
 
 
-def _token_counter(config: SimConfig) -> Callable[[str], int] | None:
+def _tokenizer(config: SimConfig) -> Tokenize | None:
+    """``--tokenizer`` as a text -> token ids function, loaded once before any fork."""
     if not config.tokenizer:
         return None
     from llmload.tokenizer import load_tokenizer
 
     tok = load_tokenizer(config.tokenizer)
-    return lambda text: len(tok(text).input_ids)
+    return lambda text: tok(text).input_ids
 
 
 def _install_stop(server: SimServer) -> None:
@@ -39,8 +41,8 @@ def _install_stop(server: SimServer) -> None:
     signal.signal(signal.SIGINT, lambda *_: server.stop())
 
 
-def run_worker(config: SimConfig, sock: socket.socket, index: int, counter: Callable[[str], int] | None) -> None:
-    server = SimServer(config, sock, index, counter)
+def run_worker(config: SimConfig, sock: socket.socket, index: int, tokenize: Tokenize | None) -> None:
+    server = SimServer(config, sock, index, tokenize)
     _install_stop(server)
     server.serve_forever()
 
@@ -61,14 +63,14 @@ class _WorkerPool:
             except ProcessLookupError:
                 pass
 
-    def fork(self, config: SimConfig, port: int, index: int, counter: Callable[[str], int] | None) -> None:
+    def fork(self, config: SimConfig, port: int, index: int, tokenize: Tokenize | None) -> None:
         sock = _listen(config.host, port, reuse_port=True)
         # Block stop signals across fork so a child never runs the parent's handler: it takes a pending
         # signal only once its own handler is installed.
         signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
         pid = os.fork()
         if pid == 0:
-            _child(config, sock, index, counter)
+            _child(config, sock, index, tokenize)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
         self.children.append(pid)
         sock.close()
@@ -89,11 +91,11 @@ class _WorkerPool:
         return status
 
 
-def _child(config: SimConfig, sock: socket.socket, index: int, counter: Callable[[str], int] | None) -> None:
+def _child(config: SimConfig, sock: socket.socket, index: int, tokenize: Tokenize | None) -> None:
     """A forked worker's whole life; it never returns (``os._exit``)."""
     code = 0
     try:
-        server = SimServer(config, sock, index, counter)
+        server = SimServer(config, sock, index, tokenize)
         _install_stop(server)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
         server.serve_forever()
@@ -105,7 +107,7 @@ def _child(config: SimConfig, sock: socket.socket, index: int, counter: Callable
 
 def serve(config: SimConfig, ready: Callable[[str], None] | None = None) -> None:
     """Run the simulator until SIGINT/SIGTERM; ``ready`` gets the base URL once it accepts connections."""
-    counter = _token_counter(config)
+    tokenize = _tokenizer(config)
     workers = max(1, config.workers)
     # Bind once without SO_REUSEPORT first, so a busy port fails here even if its owner shares it.
     probe = _listen(config.host, config.port, reuse_port=False)
@@ -113,7 +115,7 @@ def serve(config: SimConfig, ready: Callable[[str], None] | None = None) -> None
     host = f"[{config.host}]" if ":" in config.host else config.host
     url = f"http://{host}:{port}"
     if workers == 1:
-        server = SimServer(config, probe, 0, counter)
+        server = SimServer(config, probe, 0, tokenize)
         _install_stop(server)
         if ready:
             ready(url)
@@ -124,7 +126,7 @@ def serve(config: SimConfig, ready: Callable[[str], None] | None = None) -> None
     signal.signal(signal.SIGTERM, pool.forward)
     signal.signal(signal.SIGINT, pool.forward)
     for index in range(workers):
-        pool.fork(config, port, index, counter)
+        pool.fork(config, port, index, tokenize)
     if pool.stopping:  # a signal came while forking: pass it to the workers started after it
         pool.forward(signal.SIGTERM, None)
     elif ready:
