@@ -19,4 +19,10 @@ RECORDS_FORMATS = ("jsonl", "parquet")
 #: ``--arrival`` (``locust -f``): closed loop (send, wait, repeat) or open loop (Poisson at ``--request-rate``)
 ARRIVALS = ("closed", "open")
 
-__all__ = ["ARRIVALS", "RAMP_UP_STRATEGIES", "RECORDS_FORMATS", "TRACE_FORMATS", "TTFT_RULES"]
+#: ``--history``: what a replayed conversation appends after each turn (docs/conversations.md)
+HISTORY_MODES = ("recorded", "live")
+#: ``--context-policy``: what happens to a turn over ``--max-context-tokens``
+CONTEXT_POLICIES = ("end", "truncate")
+
+__all__ = ["ARRIVALS", "CONTEXT_POLICIES", "HISTORY_MODES", "RAMP_UP_STRATEGIES", "RECORDS_FORMATS", "TRACE_FORMATS",
+           "TTFT_RULES"]

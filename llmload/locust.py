@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from llmload.plugin import install
-from llmload.users import ChatUser, CompletionsUser, LLMUser
+from llmload.users import ChatUser, CompletionsUser, ConversationUser, LLMUser
 
 install()
 __import__("llmload.webui", fromlist=["install"]).install()  # the LLM tab in the web UI
@@ -16,4 +16,4 @@ class ShareGPTUser(LLMUser):
     abstract = True
 
 
-__all__ = ["ChatUser", "CompletionsUser", "LLMUser", "ShareGPTUser"]
+__all__ = ["ChatUser", "CompletionsUser", "ConversationUser", "LLMUser", "ShareGPTUser"]

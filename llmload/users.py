@@ -68,6 +68,11 @@ class LLMUser(User):
     #: multi-turn replay: the header that carries each conversation's id, for session-affine routers
     #: (``--session-header``; '' sends none)
     session_header: str = "X-Session-ID"
+    #: how conversations (samples with turns) replay: a :class:`~llmload.core.conversation.ConversationPolicy`
+    #: (``--history``, ``--max-context-tokens``, ``--turn-think-time``...); None: the defaults
+    conversation: Any = None
+    #: replay whole conversations whatever ``--multi-turn`` says (:class:`ConversationUser`)
+    multi_turn: ClassVar[bool] = False
 
     def __init__(self, environment: Any) -> None:
         super().__init__(environment)
@@ -220,3 +225,9 @@ class LLMRequestFailed(Exception):
     """A request that got an answer, but not a usable one (HTTP error, error event, empty stream)."""
 
 
+class ConversationUser(ChatUser):
+    """Replays whole conversations turn by turn against ``/v1/chat/completions``: each turn carries the
+    conversation so far (docs/conversations.md). A locustfile with this class runs as ``--multi-turn``."""
+
+    abstract = True
+    multi_turn = True

@@ -13,6 +13,7 @@ from typing import Any
 from llmload.bench.console import log
 from llmload.bench.plan import RunPlan
 from llmload.bench.setup import Target, Workload
+from llmload.core.conversation import request_count
 from llmload.errors import ConfigError, LLMLoadError
 
 
@@ -45,7 +46,7 @@ def run_single(user: Any, schedule: Any, args: argparse.Namespace, interrupts: A
     else:
         tally = run_open_loop(schedule, lambda _r: user, sink, max_concurrency=args.max_concurrency,
                               control=control)
-    return Outcome(sink.records, tally.duration, tally.schedule_lags_s, len(schedule) - len(sink.records))
+    return Outcome(sink.records, tally.duration, tally.schedule_lags_s, request_count(schedule) - len(sink.records))
 
 
 class DistributedSetup:
@@ -166,7 +167,7 @@ def execute(plan: RunPlan, target: Target, workload: Workload, user: Any, env: A
     print(format_run_header(args.request_rate, args.burstiness, args.max_concurrency,
                             ramp_up_strategy=args.ramp_up_strategy, ramp_up_start_rps=args.ramp_up_start_rps,
                             ramp_up_end_rps=args.ramp_up_end_rps), flush=True)
-    progress = Progress(len(workload.schedule))
+    progress = Progress(request_count(workload.schedule))
     health = HealthMonitor(reactor=user._pool.reactor)
     interrupts.start_run(args.stop_timeout)
     if not args.disable_tqdm:

@@ -8,7 +8,8 @@ import os
 import sys
 from pathlib import Path
 
-from llmload.core.workload import schedule_spec
+from llmload.bench.console import log
+from llmload.core.workload import chat_backend_for_conversations, check_conversation_options, schedule_spec
 from llmload.errors import ConfigError
 from llmload.metrics import parse_goodput
 from llmload.options import api_key
@@ -106,6 +107,11 @@ class RunPlan:
                 f"--master binds {args.master_bind_host!r} and workers would receive the API key: set a cluster "
                 "token (LLMLOAD_CLUSTER_TOKEN or --cluster-token-file) on the master and the workers, or bind "
                 "--master-bind-host 127.0.0.1")
+        self.conversation = check_conversation_options(args)
+        chat = chat_backend_for_conversations(args)
+        if chat is not None:
+            log(f"--multi-turn sends chat messages: using --backend {chat} instead of {args.backend}")
+            args.backend = chat
         self.spec = schedule_spec(args)
         self._frozen = True
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import shlex
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from time import perf_counter
 from typing import Any
 
@@ -99,13 +99,17 @@ def run_config(plan: RunPlan, target: Target) -> dict[str, Any]:
         "api_key": plan.api_key,
         "connect_timeout": args.connect_timeout, "read_timeout": args.read_timeout,
         "request_timeout": args.request_timeout,
+        "session_header": args.session_header,
+        "conversation": asdict(plan.conversation) if plan.conversation is not None else None,
     }
 
 
 def make_user_class(run: dict[str, Any]) -> type:
     """A concrete LLM user class for one run's target (also rebuilt on workers from the master's config)."""
+    from llmload.core.conversation import ConversationPolicy
     from llmload.users import LLMUser
 
+    conversation = run.get("conversation")
     return type(
         "BenchUser",
         (LLMUser,),
@@ -121,6 +125,8 @@ def make_user_class(run: dict[str, Any]) -> type:
             "connection_timeout": float(run.get("connect_timeout") or 30.0),
             "network_timeout": float(run.get("read_timeout") or 600.0),
             "request_timeout": run.get("request_timeout"),
+            "session_header": run.get("session_header", "X-Session-ID"),
+            "conversation": ConversationPolicy(**conversation) if conversation else None,
         },
     )
 

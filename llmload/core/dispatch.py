@@ -23,6 +23,7 @@ from gevent.event import Event
 from gevent.lock import BoundedSemaphore
 from gevent.pool import Group
 
+from llmload.core.conversation import deliver
 from llmload.core.schedule import LiveSchedule, Scheduled
 from llmload.core.sink import RecordSink
 from llmload.failures import CUT_OFF
@@ -85,7 +86,10 @@ class _Slots:
         self._sem = BoundedSemaphore(limit) if limit else None
         self._waiting: set[gevent.Greenlet] = set()
 
-    def run(self, sender: Sender, request: Scheduled, record: RequestRecord, sink: RecordSink) -> None:
+    def run(self, sender: Sender, request: Scheduled, record: RequestRecord, sink: RecordSink, stop: Event,
+            on_turn: Callable[[RequestRecord], None] | None = None) -> None:
+        """Wait for a slot, then send the request (or replay the conversation) while holding it: a
+        conversation holds its slot from its first turn to its last, think times included."""
         acquired = False
         try:
             if self._sem is not None:
@@ -96,16 +100,17 @@ class _Slots:
                 finally:
                     self._waiting.discard(me)
                 acquired = True
-            sender.send(request, record.intended_send, record)
         except GreenletExit:
-            if not record.cut_off:  # killed while waiting for a slot, before send() began
-                mark_cut_off(record)
-                not_sent = getattr(sender, "not_sent", None)
-                if not_sent is not None:
-                    not_sent(record)
-            raise
-        finally:
+            # killed while waiting for a slot, before send() began
+            mark_cut_off(record)
+            not_sent = getattr(sender, "not_sent", None)
+            if not_sent is not None:
+                not_sent(record)
             sink.add(record)
+            raise
+        try:
+            deliver(sender, request, record, sink, stop, on_turn)
+        finally:
             if acquired:
                 self._sem.release()
 
@@ -166,7 +171,13 @@ class _OpenLoop:
         self.tally.dispatched += 1
         if on_dispatch is not None:
             on_dispatch(request)
-        self.group.spawn(self.slots.run, sender, request, record, self.sink)
+        self.group.spawn(self.slots.run, sender, request, record, self.sink, self.control.stop, self._later_turn)
+
+    def _later_turn(self, record: RequestRecord) -> None:
+        """A conversation's next turn was released: it counts as dispatched, with its own schedule lag."""
+        self.tally.dispatched += 1
+        if record.intended_send is not None and record.dispatched_at is not None:
+            self.tally.schedule_lags_s.append(max(0.0, record.dispatched_at - record.intended_send))
 
     def finish(self) -> Tally:
         drain(self.group, self.control, self.slots.cut_waiting)
@@ -239,9 +250,10 @@ class CyclingQueue(RequestQueue):
 
 
 def closed_loop_step(queue: RequestQueue, sender: Sender, sink: RecordSink,
-                     on_dispatch: Callable[[Scheduled], None] | None = None) -> bool:
-    """One user's turn: take the next request and stream it (False: the queue is empty). A kill while the
-    request is in flight or about to go out records it as cut off."""
+                     on_dispatch: Callable[[Scheduled], None] | None = None, stop: Event | None = None,
+                     on_turn: Callable[[RequestRecord], None] | None = None) -> bool:
+    """One user's turn: take the next request and stream it, or replay the next conversation (False: the queue
+    is empty). A kill while the request is in flight or about to go out records it as cut off."""
     request = queue.take()
     if request is None:
         return False
@@ -249,12 +261,11 @@ def closed_loop_step(queue: RequestQueue, sender: Sender, sink: RecordSink,
         on_dispatch(request)
     record = sender.new_record(request, None)
     try:
-        sender.send(request, None, record)
+        deliver(sender, request, record, sink, stop or Event(), on_turn)
     except GreenletExit:
-        mark_cut_off(record)
+        if not record.cut_off and not record.success and not record.error:
+            mark_cut_off(record)  # killed before send() began: deliver put it in the sink as it was
         raise
-    finally:
-        sink.add(record)
     return True
 
 
@@ -271,10 +282,15 @@ def run_closed_loop(
     """``users`` loops that each take the next request, stream it, then pause ``think()`` seconds."""
     control = control or StopControl()
     tally = Tally(start=perf_counter())
+    later_turns = [0]
+
+    def count_turn(_record: RequestRecord) -> None:
+        later_turns[0] += 1
 
     def loop(user: int) -> None:
         sender = sender_for(user)
-        while not control.stop.is_set() and closed_loop_step(queue, sender, sink, on_dispatch):
+        while not control.stop.is_set() and closed_loop_step(queue, sender, sink, on_dispatch, control.stop,
+                                                              count_turn):
             pause = think()
             if pause > 0 and queue.taken < len(queue):
                 control.stop.wait(pause)
@@ -283,7 +299,7 @@ def run_closed_loop(
     for user in range(users):
         group.spawn(loop, user)
     drain(group, control)
-    tally.dispatched = queue.taken
+    tally.dispatched = queue.taken + later_turns[0]
     tally.end = perf_counter()
     return tally
 

@@ -5,7 +5,9 @@
 timeline (:func:`shift_record`). docs/design.md, "Distributed protocol", lists every message.
 
 Requests travel the other way as job items, ``[index, offset, prompt, prompt_len, output_len, request_id,
-user_class]`` (:func:`job_items` / :func:`job_requests`), the same for ``llmload bench`` and ``locust -f``.
+user_class, conversation]`` (:func:`job_items` / :func:`job_requests`), the same for ``llmload bench`` and
+``locust -f``; ``conversation`` is ``{"turns": [[user, user_len, reply, reply_len]...], "system", "system_len"}``
+for a multi-turn sample, else null. A conversation travels whole: it stays on one worker.
 """
 
 from __future__ import annotations
@@ -17,11 +19,11 @@ from time import perf_counter
 from typing import Any
 
 from llmload.core.schedule import Schedule, Scheduled
-from llmload.datasets.base import SampleRequest
+from llmload.datasets.base import SampleRequest, Turn
 from llmload.records import RequestRecord
 
 RECORDS = "llm_records"
-_TIME_FIELDS = ("start", "first_token", "intended_send", "dispatched_at")
+_TIME_FIELDS = ("start", "first_token", "first_answer_token", "intended_send", "dispatched_at")
 
 
 def clock_offset() -> float:
@@ -70,14 +72,22 @@ def job_items(schedule: Schedule, indices: Sequence[int]) -> list[list[Any]]:
 
 def item(request: Scheduled) -> list[Any]:
     s = request.sample
+    conversation = None
+    if s.turns is not None:
+        conversation = {"turns": [[t.user, t.user_len, t.reply, t.reply_len] for t in s.turns],
+                        "system": s.system, "system_len": s.system_len}
     return [request.index, request.offset, s.prompt, s.prompt_len, s.expected_output_len, request.request_id,
-            request.user_class]
+            request.user_class, conversation]
 
 
 def job_requests(items: list[list[Any]]) -> list[Scheduled]:
-    """The requests of a job, with their run-wide ids and user classes."""
+    """The requests of a job, with their run-wide ids, user classes and conversations."""
     out = []
     for idx, off, prompt, prompt_len, output_len, rid, *rest in items:
         sample = SampleRequest(prompt=prompt, prompt_len=prompt_len, expected_output_len=output_len, request_id=rid)
+        conversation = rest[1] if len(rest) > 1 else None
+        if conversation:
+            sample.turns = [Turn(*t) for t in conversation["turns"]]
+            sample.system, sample.system_len = conversation.get("system", ""), conversation.get("system_len", 0)
         out.append(Scheduled(int(idx), float(off), sample, rid, rest[0] if rest else ""))
     return out

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmload.core.conversation import ConversationPolicy
 from llmload.core.schedule import ScheduleSpec
+from llmload.errors import ConfigError
 
 
 def _opt(options: Any, name: str, default: Any = None) -> Any:
@@ -32,7 +34,14 @@ def dataset_options(options: Any) -> dict[str, Any]:
     name = _opt(options, "dataset_name", "sharegpt")
     fixed = _opt(options, "max_tokens", 0) or None
     if name == "sharegpt":
-        return {"fixed_output_len": fixed or _opt(options, "sharegpt_output_len")}
+        return {"fixed_output_len": fixed or _opt(options, "sharegpt_output_len"),
+                "multi_turn": bool(_opt(options, "multi_turn", False)), "max_turns": _opt(options, "max_turns"),
+                "system_prompt_len": _opt(options, "system_prompt_len")}
+    if name == "prefix_repetition":
+        return {"prefix_len": _opt(options, "prefix_repetition_prefix_len", 256),
+                "suffix_len": _opt(options, "prefix_repetition_suffix_len", 256),
+                "num_prefixes": _opt(options, "prefix_repetition_num_prefixes", 10),
+                "output_len": fixed or _opt(options, "prefix_repetition_output_len", 128)}
     if name == "random":
         return {"input_len": _opt(options, "random_input_len", 1024),
                 "output_len": fixed or _opt(options, "random_output_len", 128),
@@ -48,3 +57,57 @@ def dataset_options(options: Any) -> dict[str, Any]:
 def forces_output_len(options: Any) -> bool:
     """A trace fixes every output length: force it with ``max_tokens`` + ``ignore_eos``."""
     return bool(_opt(options, "ignore_eos", False)) or _opt(options, "dataset_name") == "trace"
+
+
+def conversation_policy(options: Any) -> ConversationPolicy:
+    """How conversations replay (``--history``, ``--max-context-tokens``, ``--turn-think-time``, ...); a bad
+    value is a :class:`~llmload.errors.ConfigError`."""
+    return ConversationPolicy(
+        history=_opt(options, "history", "recorded"),
+        max_context_tokens=_opt(options, "max_context_tokens"),
+        context_policy=_opt(options, "context_policy", "end"),
+        think=_opt(options, "turn_think_time", ""),
+        reading_speed=float(_opt(options, "reading_speed", 0.0)),
+        keep_reasoning=bool(_opt(options, "keep_reasoning", False)),
+        seed=int(_opt(options, "seed", 0)),
+        output_len=_opt(options, "max_tokens", 0) or _opt(options, "sharegpt_output_len"))
+
+
+def chat_backend_for_conversations(options: Any) -> str | None:
+    """``--multi-turn`` sends chat messages: the backend to use instead of the given one, or None to keep it.
+    vLLM's completions dialect (the default) becomes ``openai-chat``; another non-chat dialect is an error."""
+    from llmload.backends import get_backend
+
+    if not _opt(options, "multi_turn", False):
+        return None
+    backend = _opt(options, "backend", "vllm")
+    if get_backend(backend).chat:
+        return None
+    if backend in ("vllm", "openai"):
+        return "openai-chat"
+    raise ConfigError(f"--multi-turn sends chat messages, and --backend {backend} has no chat dialect: use "
+                      "--backend openai-chat (or modular-chat)")
+
+
+#: conversation options that mean nothing without ``--multi-turn`` (dest, flag, default)
+_CONVERSATION_ONLY = (("max_turns", "--max-turns", None), ("history", "--history", "recorded"),
+                      ("max_context_tokens", "--max-context-tokens", None),
+                      ("context_policy", "--context-policy", "end"), ("turn_think_time", "--turn-think-time", None),
+                      ("reading_speed", "--reading-speed", None), ("system_prompt_len", "--system-prompt-len", None),
+                      ("keep_reasoning", "--keep-reasoning", False))
+
+
+def check_conversation_options(options: Any) -> ConversationPolicy | None:
+    """The run's conversation policy (None: a single-request run). A conversation option without
+    ``--multi-turn``, or ``--multi-turn`` on a dataset without conversations, is a ConfigError."""
+    if not _opt(options, "multi_turn", False):
+        for dest, flag, default in _CONVERSATION_ONLY:
+            if _opt(options, dest, default) != default:
+                raise ConfigError(f"{flag} applies to conversations: add --multi-turn")
+        return None
+    name = _opt(options, "dataset_name", "sharegpt")
+    if name != "sharegpt":
+        raise ConfigError(f"--multi-turn replays ShareGPT conversations; --dataset-name {name} has none")
+    if _opt(options, "keep_reasoning", False) and _opt(options, "history", "recorded") != "live":
+        raise ConfigError("--keep-reasoning puts the server's reasoning into the history: it needs --history live")
+    return conversation_policy(options)

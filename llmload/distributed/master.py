@@ -14,6 +14,7 @@ from typing import Any
 import gevent
 from gevent.event import Event
 
+from llmload.core.conversation import request_count
 from llmload.core.messages import clock_offset, job_items, read_records_message
 from llmload.core.schedule import Schedule
 from llmload.distributed.worker import auth_proof
@@ -95,7 +96,8 @@ class BenchMaster:
         #: workers that proved they hold the cluster token (all workers when there is none)
         self.authenticated: set[str] = set()
         self.workers: dict[str, WorkerState] = {}
-        self.records: dict[int, RequestRecord] = {}
+        #: (schedule index, turn) -> record: a conversation files each of its turns under its own index
+        self.records: dict[tuple[int, int], RequestRecord] = {}
         #: requests re-assigned from a dead worker: sent late on purpose, so not counted as client lag
         self.reassigned: set[int] = set()
         self._index_of: dict[str, int] = {}
@@ -163,8 +165,9 @@ class BenchMaster:
         for record in batch.records:
             record.compact()
             record.worker = state.name if state else msg.node_id
-            index = self._index_of.get(record.request_id, -1 - len(self.records))
-            self.records[index] = record
+            key = record.conversation_id or record.request_id
+            index = self._index_of.get(key, -1 - len(self.records))
+            self.records[(index, record.turn)] = record
             if state is not None:
                 state.records += 1
                 state.received.add(index)
@@ -244,9 +247,9 @@ class BenchMaster:
         end = max(end, max((r.start for r in self.records.values()), default=job.start))
         lost = sum(len(s.dispatched - s.received) for s in self.workers.values() if s.lost)
         records = [self.records[i] for i in sorted(self.records)]
-        lags = [lag for i, r in sorted(self.records.items())
+        lags = [lag for (i, _turn), r in sorted(self.records.items())
                 if i not in self.reassigned and (lag := r.schedule_lag) is not None]
-        unsent = len(job.schedule) - len(records) - lost
+        unsent = request_count(job.schedule) - len(records) - lost
         return MasterResult(records, job.start, end, list(self.workers.values()), lost, max(0, unsent), lags)
 
     def _reassign(self, state: WorkerState, todo: list[int], alive: set[str], job: _Job) -> None:

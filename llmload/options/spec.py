@@ -26,6 +26,7 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("target", "target (none given: start the built-in simulator)"),
     ("workload", "workload"),
     ("trace", "trace replay (--dataset-name trace; see docs/arrivals.md)"),
+    ("conversations", "conversations (--multi-turn; see docs/conversations.md)"),
     ("arrivals", "arrivals"),
     ("metrics", "metrics"),
     ("timeouts", "timeouts and stopping"),

@@ -10,7 +10,15 @@ import math
 
 from llmload import argtypes
 from llmload.backends import BACKENDS
-from llmload.choices import ARRIVALS, RAMP_UP_STRATEGIES, RECORDS_FORMATS, TRACE_FORMATS, TTFT_RULES
+from llmload.choices import (
+    ARRIVALS,
+    CONTEXT_POLICIES,
+    HISTORY_MODES,
+    RAMP_UP_STRATEGIES,
+    RECORDS_FORMATS,
+    TRACE_FORMATS,
+    TTFT_RULES,
+)
 from llmload.datasets import DATASET_NAMES
 from llmload.options.spec import Option, Scope
 
@@ -56,8 +64,8 @@ _WORKLOAD = (
     Option(("--trust-remote-code",), "trust_remote_code", BOTH, "workload", action="store_true", default=False,
            web_ui=False),
     Option(("--seed",), "seed", BOTH, "workload", type=argtypes.integer, default=0),
-    Option(("--sharegpt-output-len",), "sharegpt_output_len", BOTH, "workload", "fix every output length",
-           type=argtypes.positive_int),
+    Option(("--sharegpt-output-len", "--output-len"), "sharegpt_output_len", BOTH, "workload",
+           "fix every output length (with --multi-turn: every turn's max_tokens)", type=argtypes.positive_int),
     Option(("--random-input-len",), "random_input_len", BOTH, "workload", type=argtypes.positive_int, default=1024),
     Option(("--random-output-len",), "random_output_len", BOTH, "workload", type=argtypes.positive_int,
            default=128),
@@ -65,6 +73,17 @@ _WORKLOAD = (
            type=argtypes.range_ratio, default=0.0),
     Option(("--random-prefix-len",), "random_prefix_len", BOTH, "workload", type=argtypes.non_negative_int,
            default=0),
+    Option(("--prefix-repetition-prefix-len",), "prefix_repetition_prefix_len", BOTH, "workload",
+           "prefix_repetition: tokens of each shared prefix (default: %(default)s)", type=argtypes.positive_int,
+           default=256),
+    Option(("--prefix-repetition-suffix-len",), "prefix_repetition_suffix_len", BOTH, "workload",
+           "prefix_repetition: tokens of each prompt's own suffix (default: %(default)s)",
+           type=argtypes.positive_int, default=256),
+    Option(("--prefix-repetition-num-prefixes",), "prefix_repetition_num_prefixes", BOTH, "workload",
+           "prefix_repetition: distinct prefixes, each shared by num-prompts / N prompts (default: %(default)s)",
+           type=argtypes.positive_int, default=10),
+    Option(("--prefix-repetition-output-len",), "prefix_repetition_output_len", BOTH, "workload",
+           "prefix_repetition: output tokens (default: %(default)s)", type=argtypes.positive_int, default=128),
     Option(("--custom-output-len",), "custom_output_len", BOTH, "workload",
            "output length for custom JSONL rows without output_len", type=argtypes.positive_int, default=256),
     Option(("--ignore-eos",), "ignore_eos", BOTH, "workload", "ask the server to ignore EOS", action="store_true",
@@ -83,6 +102,39 @@ _TRACE = (
     Option(("--trace-prompts",), "trace_prompts", BOTH, "trace",
            "take prompt text from this dataset, trimmed/padded to each length (default: synthetic)",
            metavar="SHAREGPT_FILE"),
+)
+
+_CONVERSATIONS = (
+    Option(("--multi-turn",), "multi_turn", BOTH, "conversations",
+           "replay whole ShareGPT conversations turn by turn, each turn carrying the history so far (chat "
+           "backends; --num-prompts counts conversations, the same ones first-turn sampling picks)",
+           action="store_true", default=False),
+    Option(("--max-turns",), "max_turns", BOTH, "conversations", "keep each conversation's first N user turns",
+           type=argtypes.positive_int, metavar="N"),
+    Option(("--history",), "history", BOTH, "conversations",
+           "recorded: append the dataset's reply (prompts identical run to run); live: the server's reply "
+           "(default: %(default)s)", default="recorded", choices=HISTORY_MODES),
+    Option(("--max-context-tokens",), "max_context_tokens", BOTH, "conversations",
+           "cap on a turn's prompt (the sum of its messages' tokens) plus max_tokens (default: none)",
+           type=argtypes.positive_int, metavar="TOKENS"),
+    Option(("--context-policy",), "context_policy", BOTH, "conversations",
+           "over --max-context-tokens: end the conversation, or truncate its oldest turns (default: %(default)s)",
+           default="end", choices=CONTEXT_POLICIES),
+    Option(("--turn-think-time",), "turn_think_time", BOTH, "conversations",
+           "pause between a turn's end and the next turn: fixed:S, exp:MEAN, uniform:LOW,HIGH or "
+           "lognormal:MEDIAN,SIGMA (default: none)", metavar="SPEC"),
+    Option(("--reading-speed",), "reading_speed", BOTH, "conversations",
+           "add reading time to each pause: reply tokens / this many tokens per second (default: off)",
+           type=argtypes.positive, metavar="TOKENS_PER_S"),
+    Option(("--session-header",), "session_header", BOTH, "conversations",
+           "header carrying each conversation's id, for session-affine routers; '' sends none "
+           "(default: %(default)s)", default="X-Session-ID", metavar="NAME"),
+    Option(("--system-prompt-len",), "system_prompt_len", BOTH, "conversations",
+           "a shared system prompt of N tokens before every conversation (the prefix a prefix cache reuses)",
+           type=argtypes.positive_int, metavar="N"),
+    Option(("--keep-reasoning",), "keep_reasoning", BOTH, "conversations",
+           "--history live: put the reply's reasoning back into the history (default: left out, as chat "
+           "templates do)", action="store_true", default=False),
 )
 
 _ARRIVALS = (
@@ -219,7 +271,7 @@ _WEB_UI = (
 )
 
 #: every llmload option, in ``llmload bench --help`` order within each group
-OPTIONS: tuple[Option, ...] = (*_TARGET, *_WORKLOAD, *_TRACE, *_ARRIVALS, *_METRICS, *_TIMEOUTS, *_DISTRIBUTED,
+OPTIONS: tuple[Option, ...] = (*_TARGET, *_WORKLOAD, *_TRACE, *_CONVERSATIONS, *_ARRIVALS, *_METRICS, *_TIMEOUTS, *_DISTRIBUTED,
                                *_OUTPUT, *_GATES, *_LOCUST_ONLY, *_WEB_UI)
 
 

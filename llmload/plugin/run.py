@@ -21,6 +21,7 @@ from typing import Any
 import gevent
 from gevent.event import Event
 
+from llmload.core.conversation import request_count
 from llmload.core.dispatch import (
     LEAD_S,
     CyclingQueue,
@@ -67,6 +68,8 @@ class LocustRun(ClusterRole, RunState):
         self.queue: RequestQueue | None = None
         self.dispatcher: gevent.Greenlet | None = None
         self.tally = Tally()
+        #: closed loop: conversation turns after the first that were sent (each is a request)
+        self.later_turns = 0
         self.start = 0.0
         self.finished = False
         self.rate_changed = Event()
@@ -99,10 +102,16 @@ class LocustRun(ClusterRole, RunState):
         """Load the workload (again only when the options changed) and build the schedule. LLMLoadError: one
         line, the run cannot start."""
         from llmload.options import normalize_options
-        from llmload.plugin.setup import build_schedule, configure_classes, load_workload
+        from llmload.plugin.setup import (
+            build_schedule,
+            configure_classes,
+            conversation_settings,
+            load_workload,
+        )
 
         opts = self.options
         normalize_options(opts)  # the web UI's start form gives strings back
+        conversation_settings(opts, self.environment)
         host = (self.environment.host or "").rstrip("/")
         key = tuple(sorted((k, str(v)) for k, v in vars(opts).items()))
         if key != self._workload_key:
@@ -133,6 +142,7 @@ class LocustRun(ClusterRole, RunState):
         self.control = StopControl(stop_timeout=float(self.environment.stop_timeout or 0.0))
         self.finished = False
         self.tally = Tally()
+        self.later_turns = 0
         self._senders = {}
         try:
             if self.role == "master":
@@ -146,8 +156,9 @@ class LocustRun(ClusterRole, RunState):
                 self.prepare()
                 self._begin(self._local_plan())
             else:
-                from llmload.plugin.setup import configure_classes
+                from llmload.plugin.setup import configure_classes, conversation_settings
 
+                conversation_settings(self.options, self.environment)
                 configure_classes(self.environment, self.options, (self._plan or {}).get("model", ""))
                 self._begin(self._plan or {})
         except LLMLoadError as exc:
@@ -235,18 +246,22 @@ class LocustRun(ClusterRole, RunState):
             return
         if self.queue is None or self.control.stop.is_set():
             raise StopUser()
-        if not closed_loop_step(self.queue, user, self.sink):
+        if not closed_loop_step(self.queue, user, self.sink, stop=self.control.stop, on_turn=self._later_turn):
             if self.in_flight == 0:
                 self._share_done()
             raise StopUser()
 
+    def _later_turn(self, _record: Any) -> None:
+        self.later_turns += 1
+
     def accounting(self) -> dict[str, int]:
-        """Requests this process had to send, and how many it released (the rest were not sent)."""
+        """Requests this process had to send, and how many it released (the rest were not sent); every turn of
+        a conversation is a request."""
         if self.open_loop:
             dispatched = self.tally.dispatched
         else:
-            dispatched = self.queue.taken if self.queue is not None else 0
-        planned = len(self.share) if self.headless else dispatched
+            dispatched = (self.queue.taken if self.queue is not None else 0) + self.later_turns
+        planned = request_count(self.share) if self.headless else dispatched
         return {"planned": planned, "dispatched": dispatched}
 
     def _share_done(self) -> None:

@@ -7,7 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmload.core.schedule import LiveSchedule, Schedule
-from llmload.core.workload import dataset_options, forces_output_len, schedule_spec
+from llmload.core.workload import (
+    chat_backend_for_conversations,
+    check_conversation_options,
+    dataset_options,
+    forces_output_len,
+    schedule_spec,
+)
 from llmload.errors import LLMLoadError
 from llmload.options import api_key
 
@@ -88,6 +94,8 @@ def configure_classes(environment: Any, opts: Any, model: str) -> None:
         "connection_timeout": float(getattr(opts, "connect_timeout", 0) or 30.0),
         "network_timeout": float(getattr(opts, "read_timeout", 0) or 600.0),
         "request_timeout": getattr(opts, "request_timeout", None) or None,
+        "session_header": getattr(opts, "session_header", "X-Session-ID"),
+        "conversation": check_conversation_options(opts),
     }
     settings["think"] = staticmethod(think) if think is not None else None
     for cls in user_classes(environment):
@@ -99,3 +107,14 @@ def configure_classes(environment: Any, opts: Any, model: str) -> None:
         for name, value in settings.items():
             if name not in own:
                 setattr(cls, name, value)
+
+
+def conversation_settings(opts: Any, environment: Any) -> None:
+    """A locustfile with a :class:`~llmload.users.ConversationUser` runs as ``--multi-turn``; ``--multi-turn``
+    with vLLM's completions dialect switches to chat (docs/conversations.md). Checks the conversation options."""
+    if any(getattr(cls, "multi_turn", False) for cls in user_classes(environment)):
+        opts.multi_turn = True
+    chat = chat_backend_for_conversations(opts)
+    if chat is not None:
+        opts.backend = chat
+    check_conversation_options(opts)

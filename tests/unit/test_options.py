@@ -172,7 +172,10 @@ def test_the_brief_s_locust_options_are_shared() -> None:
         --trace-duration --trace-prompts --request-rate --burstiness --ramp-up-strategy --ramp-up-start-rps
         --ramp-up-end-rps --constant-rate --rate-shape --max-concurrency --think-time --ignore-eos --ttft-rule
         --goodput --percentile-metrics --metric-percentiles --api-key-file --connect-timeout --read-timeout
-        --request-timeout"""
+        --request-timeout --prefix-repetition-prefix-len --prefix-repetition-suffix-len
+        --prefix-repetition-num-prefixes --prefix-repetition-output-len --multi-turn --max-turns --history
+        --max-context-tokens --context-policy --turn-think-time --reading-speed --session-header --system-prompt-len
+        --keep-reasoning"""
     assert sorted(wanted.split()) == sorted(o.flag for o in SHARED)
 
 
