@@ -147,6 +147,15 @@ USAGE_ERRORS = {
     "custom-bad-jsonl": (("--dataset-name", "custom", "--dataset-path", "{tmp}/bad.jsonl"), "bad.jsonl"),
     "tokenizer-dir-missing": (("--tokenizer", "/nonexistent/tokenizer"), "/nonexistent/tokenizer"),
     "fail-on-slo-without-goodput": (("--fail-on-slo",), "--goodput"),
+    "multi-turn-on-tgi": (("--dataset-name", "sharegpt", "--multi-turn", "--backend", "tgi"), "--backend openai-chat"),
+    "multi-turn-on-random": (("--multi-turn", "--dataset-name", "random"), "--multi-turn"),
+    "turn-think-time-bogus": (("--dataset-name", "sharegpt", "--multi-turn", "--turn-think-time", "soon"),
+                              "--turn-think-time"),
+    "history-without-multi-turn": (("--history", "live"), "--multi-turn"),
+    "keep-reasoning-recorded": (("--dataset-name", "sharegpt", "--multi-turn", "--keep-reasoning"), "--history live"),
+    "max-turns-zero": (("--multi-turn", "--max-turns", "0"), "--max-turns"),
+    "prefix-repetition-too-few": (("--dataset-name", "prefix_repetition", "--prefix-repetition-num-prefixes",
+                                   "50"), "prefix"),
 }
 
 
