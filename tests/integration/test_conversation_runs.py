@@ -7,6 +7,7 @@ import json
 from collections import defaultdict
 from statistics import median
 
+import pytest
 import test_webui
 from test_conversations import BASE, by_conversation, run_trace, words, write_conversations
 from test_webui import script
@@ -117,14 +118,16 @@ def test_keep_reasoning_puts_it_back_into_the_history(child_runner, start_sim, t
             assert line["messages"][2 * k - 1]["content"] == expected
 
 
-def test_locust_headless_replays_conversations(child_runner, start_sim, tmp_path):
+@pytest.mark.parametrize("processes", [(), ("--processes", "2")], ids=["one-process", "processes-2"])
+def test_locust_headless_replays_conversations(child_runner, start_sim, tmp_path, processes):
     dataset = write_conversations(tmp_path / "docs.json", document_conversations(4))
     trace = tmp_path / "trace.jsonl"
     sim = start_sim("--ttft-ms", "10", "--itl-ms", "2", "--trace-prompts", "--trace-file", trace)
     out = tmp_path / "records.jsonl"
     run = child_runner.locust("-f", "locustfiles/multiturn.py", "--headless", "--host", sim.url, "-u", "2", "-r",
                               "2", "-t", "120s", "--tokenizer", "builtin", "--dataset-path", str(dataset),
-                              "--num-prompts", "4", "--max-tokens", "8", "--llm-records", str(out), timeout=180)
+                              "--num-prompts", "4", "--max-tokens", "8", "--llm-records", str(out), *processes,
+                              timeout=180)
     assert run.returncode == 0, run.describe()
     assert "Traceback" not in run.stderr, run.describe()
     records = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
@@ -135,6 +138,11 @@ def test_locust_headless_replays_conversations(child_runner, start_sim, tmp_path
     assert len(lines) == 4 and all(len(t) == 4 for t in lines.values())
     for turns in lines.values():
         assert [len(t["messages"]) for t in turns] == [1, 3, 5, 7]
+    if processes:  # a conversation stays on one worker
+        workers = defaultdict(set)
+        for r in records:
+            workers[r["conversation_id"]].add(r["worker"])
+        assert all(len(w) == 1 for w in workers.values()) and len(set().union(*workers.values())) == 2
 
 
 start_web = test_webui.start_web  # the fixture
