@@ -209,3 +209,16 @@ def test_bench_multi_turn_one_process_and_two_replay_the_same_conversations(chil
             assert all(len(w) == 1 for w in workers.values())
             assert len(set().union(*workers.values())) == 2
     assert turns[()] == turns[("--processes", "2")]
+
+
+def test_session_header_names_the_conversation(child_runner, start_sim, tmp_path):
+    dataset = write_conversations(tmp_path / "conv.json", plain_conversations(3, 2))
+    for header, expected in (("X-Affinity", True), ("", False)):
+        trace = tmp_path / f"trace-{header or 'none'}.jsonl"
+        sim = start_sim(*SIM, "--trace-file", trace, "--session-header", "X-Affinity")
+        bench(child_runner, sim, dataset, "--num-prompts", "3", "--session-header", header)
+        lines = run_trace(trace)
+        assert len(lines) == 6
+        for line in lines:
+            session = line["client_id"].rsplit(":", 1)[0]
+            assert line["session"] == (session if expected else None), line
