@@ -11,6 +11,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,136 @@ def test_bench_against_transformers_serve(child_runner, engine) -> None:
     assert 0.01 < data["mean_tpot_ms"] < 5_000
     assert data["mean_itl_ms"] > 0
     assert data["ttft_rule"] == "content"
+
+
+
+# -- multi-turn conversations (--multi-turn): each turn carries exactly the previous turns ----------------
+# transformers serve keeps no request trace, so what it received is read off two things it computes from the
+# prompt itself: usage.prompt_tokens (the length of the chat template over exactly the messages it got: exact,
+# but blind to the order of messages) and the greedy reply (llmload sends temperature 0; a function of the whole
+# prompt token sequence, so it also sees order and content, though not every change flips a 4-token reply).
+
+CONVERSATIONS = 2
+TURNS = 3
+TURN_OUT_LEN = 4
+#: a greedy step whose best two logits are closer than this is not compared (float noise between two processes
+#: is ~1e-7 on these logits; the gaps seen are 6e-4 and up)
+NEAR_TIE = 1e-4
+
+
+def _words(start: int, n: int) -> str:
+    """``n`` of TEXT's words from ``start`` on (wrapping): text the trained tokenizer knows."""
+    words = TEXT.split()
+    return " ".join(words[(start + i) % len(words)] for i in range(n))
+
+
+def write_conversations(path: Path) -> list[dict]:
+    """ShareGPT entries of TURNS user turns each, every one answered; every message has its own length, so a
+    missing, extra or repeated message changes the prompt's token count."""
+    entries = []
+    for c in range(CONVERSATIONS):
+        messages = []
+        for t in range(TURNS):
+            messages.append({"from": "human", "value": _words(7 * c + 5 * t, 6 + 3 * t + c)})
+            messages.append({"from": "gpt", "value": _words(11 * c + 3 * t + 2, 9 + 2 * t)})
+        entries.append({"id": f"c{c}", "conversations": messages})
+    path.write_text(json.dumps(entries))
+    return entries
+
+
+def expected_messages(entry: dict, turn: int, replies: list[str]) -> list[dict]:
+    """Turn ``turn``'s (1-based) messages: each earlier user message followed by its reply from ``replies``,
+    then this turn's user message (the entries have no system message)."""
+    users = [m["value"] for m in entry["conversations"] if m["from"] == "human"]
+    out: list[dict] = []
+    for k in range(turn - 1):
+        out += [{"role": "user", "content": users[k]}, {"role": "assistant", "content": replies[k]}]
+    return [*out, {"role": "user", "content": users[turn - 1]}]
+
+
+def template_ids(tokenizer, messages: list[dict], **kw):
+    """The prompt transformers serve's chat handler builds: the chat template with the generation prompt,
+    tokenized (its usage.prompt_tokens is this length)."""
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True,
+                                         **kw)["input_ids"]
+
+
+def greedy_reply(model, tokenizer, messages: list[dict]) -> tuple[str, float]:
+    """The reply transformers serve streams for ``messages`` under llmload's request (temperature 0: greedy; no
+    EOS in this model; TURN_OUT_LEN tokens), decoded as its streamer does (tokenizers' DecodeStream, special
+    tokens skipped, an unfinished UTF-8 sequence at the end never sent); and the smallest gap between the best
+    and the second best logit over the steps."""
+    import torch
+    from tokenizers.decoders import DecodeStream
+
+    ids = template_ids(tokenizer, messages, return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=TURN_OUT_LEN,
+                             do_sample=False, output_scores=True, return_dict_in_generate=True)
+    stream = DecodeStream([], skip_special_tokens=True)
+    text = "".join(stream.step(tokenizer._tokenizer, t) or "" for t in out.sequences[0, ids.shape[1]:].tolist())
+    gap = min(float(top[0] - top[1]) for top in (torch.topk(step[0], 2).values for step in out.scores))
+    return text, gap
+
+
+@pytest.mark.parametrize("history", ["recorded", "live"])
+def test_multi_turn_history_against_transformers_serve(child_runner, engine, tmp_path, history) -> None:
+    """Each turn of a replayed conversation reaches the engine carrying exactly the previous turns: the dataset's
+    replies (recorded) or the engine's own earlier replies (live), checked on the engine's side."""
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    url, model_dir = engine
+    dataset = tmp_path / "conversations.json"
+    entries = {e["id"]: e for e in write_conversations(dataset)}
+    run = child_runner.bench(
+        "--backend", "openai-chat", "--base-url", url, "--model", model_dir, "--tokenizer", model_dir,
+        "--multi-turn", "--history", history, "--dataset-path", dataset, "--output-len", TURN_OUT_LEN,
+        "--num-prompts", CONVERSATIONS, "--max-concurrency", "2", "--save-result", "--disable-tqdm", timeout=300,
+    )
+    assert run.returncode == 0, run.describe()
+    assert "Traceback" not in run.stderr, run.describe()
+    records = run.records()
+    assert len(records) == CONVERSATIONS * TURNS, run.describe()
+    assert all(r["success"] for r in records), [r["error"] for r in records]
+    assert all(r["output_tokens"] == TURN_OUT_LEN and r["output_tokens_source"] == "usage" for r in records), [
+        (r["output_tokens"], r["output_tokens_source"]) for r in records]
+    assert all(isinstance(r["server_prompt_tokens"], int) for r in records), "transformers serve sent no usage"
+
+    by_conversation: dict[str, list[dict]] = {}
+    for r in records:
+        by_conversation.setdefault(r["conversation_id"], []).append(r)
+    assert sorted(by_conversation) == sorted(entries)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = LlamaForCausalLM.from_pretrained(model_dir)
+    compared = 0
+    for cid, turns in by_conversation.items():
+        entry = entries[cid]
+        # sent in turn order, each turn only after the previous one's last chunk
+        turns.sort(key=lambda r: r["start"])
+        assert [r["turn"] for r in turns] == list(range(1, TURNS + 1)), cid
+        assert [r["request_id"] for r in turns] == [f"{cid}:{k}" for k in range(1, TURNS + 1)]
+        assert all(later["start"] >= earlier["chunk_times"][-1] for earlier, later in pairwise(turns)), cid
+        assert [r["conversation_end"] for r in turns] == [""] * (TURNS - 1) + ["completed"], cid
+
+        recorded = [m["value"] for m in entry["conversations"] if m["from"] == "gpt"]
+        # live: the replies' text as llmload got it and sends it back byte for byte; the engine re-tokenizes that
+        # text (not the ids it generated), as the same tokenizer does here, so the count stays exact
+        replies = recorded if history == "recorded" else [r["generated_text"] for r in turns]
+        assert all(replies), (cid, replies)
+        expected = [expected_messages(entry, k, replies) for k in range(1, TURNS + 1)]
+        seen = [r["server_prompt_tokens"] for r in turns]
+        want = [len(template_ids(tokenizer, messages)) for messages in expected]
+        assert seen == want, (cid, history, seen, want)
+        # the count tells: the last user message alone, or the other kind of history, counts differently
+        alone = [len(template_ids(tokenizer, messages[-1:])) for messages in expected]
+        assert all(a < w for a, w in zip(alone[1:], want[1:], strict=True)), (alone, want)
+        if history == "live":
+            other = [len(template_ids(tokenizer, expected_messages(entry, k, recorded))) for k in range(2, TURNS + 1)]
+            assert other != want[1:], "the live replies count as the recorded ones: the check cannot tell them apart"
+
+        for messages, r in zip(expected, turns, strict=True):
+            text, gap = greedy_reply(model, tokenizer, messages)
+            if gap >= NEAR_TIE:
+                compared += 1
+                assert r["generated_text"] == text, (r["request_id"], history, r["generated_text"], text)
+    assert compared >= len(records) // 2, f"only {compared} replies clear of near ties: the reply check is idle"
