@@ -124,6 +124,14 @@ class ProcessWatcher(threading.Thread):
                     todo.append(child)
         return own, below - set(own)
 
+    def _given(self, cmdline: bytes) -> bytes:
+        """``cmdline`` when it is one the test gave: as given, or as the kernel shows a script it started through
+        its ``#!`` line (the interpreter's path in front)."""
+        for argv in list(self.procs.given):
+            if cmdline == argv or cmdline.endswith(b"\0" + argv):
+                return cmdline
+        return b""
+
     def _kind(self, cmdline: bytes) -> str | None:
         return next((kind for kind, pattern in self.CHILD_KINDS.items() if pattern.search(cmdline)), None)
 
@@ -140,7 +148,7 @@ class ProcessWatcher(threading.Thread):
             table[int(name)] = (int(stat.rsplit(b")", 1)[1].split()[1]), cmdline)
         own, descendants = self._family({pid: ppid for pid, (ppid, _) in table.items()})
         for pid, (_, cmdline) in table.items():
-            given = own.get(pid) or (cmdline.rstrip(b"\0") if cmdline.rstrip(b"\0") in self.procs.given else b"")
+            given = own.get(pid) or self._given(cmdline.rstrip(b"\0"))
             if found := self._found(cmdline, given):
                 self.leaks.append(f"command line of pid {pid}: {found}: {cmdline[:300]!r}")
         for pid in descendants:
