@@ -1,0 +1,58 @@
+"""The saturation test on synthetic series: a backlog that grows while throughput stays flat is saturation, from
+the window it began in; a steady backlog, a warm-up (backlog and throughput rising together) and noise are not."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from llmload.core.saturation import SaturationMonitor, SaturationRule
+
+RULE = SaturationRule(window_s=5.0, windows=3)
+
+
+def monitor_for(in_flight, completed, waiting=None, step: float = 0.5, seconds: float = 60.0) -> SaturationMonitor:
+    monitor = SaturationMonitor(RULE, start=100.0)
+    for t in np.arange(0.0, seconds, step):
+        monitor.add(100.0 + t, in_flight(t), completed(t), None if waiting is None else waiting(t))
+    return monitor
+
+
+def test_twice_the_capacity_is_saturated_from_the_start():
+    capacity = 4.0  # requests/s the server completes; 8/s arrive
+    verdict = monitor_for(lambda t: capacity * t, lambda t: capacity * t).verdict()
+    assert verdict.saturated and verdict.signal == "in_flight"
+    assert verdict.since_s == pytest.approx(0.0, abs=RULE.window_s)
+    assert verdict.throughput_rps == pytest.approx(capacity, rel=0.05)
+
+
+def test_half_the_capacity_is_not_saturated_even_with_noise():
+    rng = np.random.default_rng(1)
+    noise = rng.integers(-3, 4, size=200)
+    verdict = monitor_for(lambda t: 10 + noise[int(t * 2)], lambda t: 2.0 * t).verdict()
+    assert not verdict.saturated
+
+
+def test_saturation_that_starts_mid_run_says_when():
+    # up to 20 s the server keeps up (backlog 5); then it completes 3/s while 6/s arrive
+    verdict = monitor_for(lambda t: 5 if t < 20 else 5 + 3 * (t - 20),
+                          lambda t: 6 * t if t < 20 else 120 + 3 * (t - 20)).verdict()
+    assert verdict.saturated
+    assert 15.0 <= verdict.since_s <= 25.0
+
+
+def test_a_warm_up_is_not_saturation():
+    # the backlog fills over 12 s while throughput rises with it, then both hold
+    verdict = monitor_for(lambda t: min(t, 12.0) * 2, lambda t: (t * t / 12 if t < 12 else 12 + 2 * (t - 12))).verdict()
+    assert not verdict.saturated
+
+
+def test_the_servers_waiting_queue_is_a_signal_of_its_own():
+    # the client's in-flight count is capped (say by --max-concurrency), the server's queue grows
+    verdict = monitor_for(lambda t: 16, lambda t: 3 * t, waiting=lambda t: 2 * t).verdict()
+    assert verdict.saturated and verdict.signal == "waiting"
+
+
+def test_too_short_a_run_gives_no_verdict():
+    verdict = monitor_for(lambda t: 4 * t, lambda t: 4 * t, seconds=12.0).verdict()
+    assert not verdict.saturated
