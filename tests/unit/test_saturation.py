@@ -56,3 +56,49 @@ def test_the_servers_waiting_queue_is_a_signal_of_its_own():
 def test_too_short_a_run_gives_no_verdict():
     verdict = monitor_for(lambda t: 4 * t, lambda t: 4 * t, seconds=12.0).verdict()
     assert not verdict.saturated
+
+
+def test_the_observer_stops_a_saturated_run_when_asked():
+    import gevent
+    from gevent.event import Event
+
+    from llmload.core.observe import RunObserver
+
+    stop = Event()
+    backlog = [0]
+
+    def in_flight() -> int:  # grows by one every sample; nothing completes faster than before
+        backlog[0] += 1
+        return backlog[0]
+
+    messages: list[str] = []
+    observer = RunObserver(None, SaturationRule(window_s=1.0, windows=3, min_growth=2), in_flight, stop=stop,
+                           stop_on_saturation=True, log=messages.append)
+    observer.begin()
+    assert stop.wait(20.0), "the observer never stopped the run"
+    observed = observer.finish()
+    assert observed.stopped_on_saturation and observed.saturation is not None and observed.saturation.saturated
+    assert observed.result_keys()["saturation"]["stopped_run"] is True
+    assert any("saturated" in m for m in messages) and any("--stop-on-saturation" in m for m in messages)
+    gevent.sleep(0)
+
+
+def test_the_observer_only_reports_without_stop_on_saturation():
+    from gevent.event import Event
+
+    from llmload.core.observe import RunObserver
+
+    stop = Event()
+    backlog = [0]
+
+    def in_flight() -> int:
+        backlog[0] += 1
+        return backlog[0]
+
+    observer = RunObserver(None, SaturationRule(window_s=1.0, windows=3, min_growth=2), in_flight, stop=stop)
+    observer.begin()
+    stop.wait(5.0)
+    observed = observer.finish()
+    assert not stop.is_set() and not observed.stopped_on_saturation
+    assert observed.saturation is not None and observed.saturation.saturated
+    assert "server_metrics" not in observed.result_keys()

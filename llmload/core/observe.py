@@ -1,0 +1,120 @@
+"""Watching a run while it goes: the server's own metrics (scraped from its ``/metrics``, off the streaming path)
+and the saturation test on the backlog, for ``llmload bench`` and ``locust -f`` alike (docs/observability.md).
+
+A :class:`RunObserver` samples every :data:`SAMPLE_S` seconds: requests in flight (a callable the way in gives it),
+requests finished so far (:meth:`RunObserver.on_record`, a sink listener) and the server's waiting queue from the
+latest scrape. With ``stop_on_saturation`` a saturated open loop is stopped through the run's stop event, and the
+outcome says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from time import perf_counter
+from typing import Any
+
+import gevent
+from gevent.event import Event
+
+from llmload.core.saturation import SaturationMonitor, SaturationRule, Verdict
+
+#: seconds between two samples of the backlog
+SAMPLE_S = 0.5
+
+
+@dataclass
+class Observed:
+    """What the observer saw, for the summary, the result JSON and the series file."""
+
+    snapshots: list[Any] = field(default_factory=list)
+    server: dict[str, Any] | None = None
+    saturation: Verdict | None = None
+    stopped_on_saturation: bool = False
+    scrape_url: str = ""
+
+    def result_keys(self) -> dict[str, Any]:
+        """llmload's own result JSON keys: ``server_metrics`` (when scraped) and ``saturation`` (open loop)."""
+        out: dict[str, Any] = {}
+        if self.server is not None:
+            out["server_metrics"] = self.server
+        if self.saturation is not None:
+            out["saturation"] = {**self.saturation.to_dict(), "stopped_run": self.stopped_on_saturation}
+        return out
+
+
+class RunObserver:
+    """Scrapes the server and judges saturation while a run goes (either may be off)."""
+
+    def __init__(self, scraper: Any | None, rule: SaturationRule | None, in_flight: Callable[[], int],
+                 stop: Event | None = None, stop_on_saturation: bool = False,
+                 log: Callable[[str], None] = lambda _m: None) -> None:
+        self.scraper = scraper
+        self.monitor = SaturationMonitor(rule) if rule is not None else None
+        self.in_flight = in_flight
+        self.stop_event = stop
+        self.stop_on_saturation = stop_on_saturation
+        self.log = log
+        self.completed = 0
+        self.start = 0.0
+        self.end = 0.0
+        self.reported: Verdict | None = None
+        self.stopped_on_saturation = False
+        self._greenlet: gevent.Greenlet | None = None
+
+    def on_record(self, _record: Any) -> None:
+        self.completed += 1
+
+    def begin(self) -> None:
+        self.start = perf_counter()
+        if self.monitor is not None:
+            self.monitor.start = self.start
+        if self.scraper is not None:
+            self.scraper.start()
+        if self.monitor is not None:
+            self._greenlet = gevent.spawn(self._watch)
+
+    def finish(self) -> Observed:
+        """Stop watching (one last scrape) and say what was seen."""
+        self.end = perf_counter()
+        if self._greenlet is not None:
+            self._greenlet.kill()
+        observed = Observed(stopped_on_saturation=self.stopped_on_saturation)
+        if self.scraper is not None:
+            from llmload.servermetrics.summarize import summarize
+
+            self.scraper.stop()
+            observed.snapshots = list(self.scraper.snapshots)
+            observed.scrape_url = getattr(self.scraper, "shown_url", "")
+            observed.server = summarize(observed.snapshots, self.start, self.end)
+            observed.server["failures"] = dict(self.scraper.failures)
+        if self.monitor is not None:
+            observed.saturation = self.monitor.verdict()
+        return observed
+
+    def _waiting(self) -> float | None:
+        if self.scraper is None or not self.scraper.snapshots:
+            return None
+        return self.scraper.snapshots[-1].series.get("waiting")
+
+    def _watch(self) -> None:
+        assert self.monitor is not None
+        checks = 0
+        while True:
+            gevent.sleep(SAMPLE_S)
+            self.monitor.add(perf_counter(), self.in_flight(), self.completed, self._waiting())
+            checks += 1
+            if checks % 4 or self.reported is not None:
+                continue
+            verdict = self.monitor.verdict()
+            if not verdict.saturated:
+                continue
+            self.reported = verdict
+            what = "requests in flight" if verdict.signal == "in_flight" else "the server's waiting queue"
+            self.log(f"the server looks saturated since {verdict.since_s:.0f} s into the run: {what} grew by "
+                     f"{verdict.growth:.0f} while throughput stayed at {verdict.throughput_rps:.2f} requests/s")
+            if self.stop_on_saturation and self.stop_event is not None:
+                self.log("--stop-on-saturation: stopping the run")
+                self.stopped_on_saturation = True
+                self.stop_event.set()
+                return
