@@ -167,11 +167,13 @@ def _finite(samples: list[Sample]) -> list[float]:
     return [s.value for s in samples if math.isfinite(s.value)]
 
 
-def _histogram(by_name: dict[str, list[Sample]], base: str) -> tuple[float, float, list[tuple[float, float]]]:
-    """Sum, count and cumulative buckets ``[(le, count), ...]`` (ascending ``le``, ``+Inf`` as ``inf``),
-    each added up over the label sets."""
-    total = sum(_finite(_dedupe(by_name.get(f"{base}_sum", []))))
-    count = sum(_finite(_dedupe(by_name.get(f"{base}_count", []))))
+def _histogram(
+    by_name: dict[str, list[Sample]], base: str
+) -> tuple[float | None, float, list[tuple[float, float]]]:
+    """Sum (None when not exported), count and cumulative buckets ``[(le, count), ...]`` (ascending ``le``,
+    ``+Inf`` as ``inf``), each added up over the label sets."""
+    sums = _finite(_dedupe(by_name.get(f"{base}_sum", [])))
+    total = sum(sums) if sums else None
     buckets: dict[float, float] = {}
     for s in _dedupe(by_name.get(f"{base}_bucket", [])):
         try:
@@ -180,6 +182,8 @@ def _histogram(by_name: dict[str, list[Sample]], base: str) -> tuple[float, floa
             continue
         if math.isfinite(s.value) and not math.isnan(le):
             buckets[le] = buckets.get(le, 0.0) + s.value
+    counts = _finite(_dedupe(by_name.get(f"{base}_count", [])))
+    count = sum(counts) if counts else buckets.get(math.inf, 0.0)  # the +Inf bucket is the count
     return total, count, sorted(buckets.items())
 
 
@@ -222,7 +226,9 @@ def common_series(
                 continue
             if f"{name}_count" in by_name or f"{name}_bucket" in by_name:
                 total, count, buckets = _histogram(by_name, name)
-                series[f"{src.common}_sum"], series[f"{src.common}_count"] = total, count
+                series[f"{src.common}_count"] = count
+                if total is not None:
+                    series[f"{src.common}_sum"] = total
                 if buckets:
                     histograms[src.common] = buckets
                 break

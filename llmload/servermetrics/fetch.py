@@ -30,6 +30,8 @@ FAILURE_KINDS = (HTTP_404, HTTP_ERROR, TIMEOUT, CONNECT, GARBAGE)
 
 #: the largest body read (a vLLM page is ~100 KB; more is not a metrics page)
 MAX_BODY = 32 << 20
+#: bytes asked for per read of the body
+READ_SIZE = 1 << 16
 
 ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
 
@@ -75,9 +77,11 @@ class Masker:
 
     def __init__(self, url: str, headers: dict[str, str] | None) -> None:
         self.shown = redact_url(url)
-        self._secrets = sorted(
-            {*secrets_in(url), *(v for v in (headers or {}).values() if len(v) >= 4)}, key=len, reverse=True
-        )
+        secrets = {*secrets_in(url), *(v for v in (headers or {}).values() if len(v) >= 4)}
+        auth = basic_auth(url)
+        if auth and secrets_in(url):  # the credentials' base64 form, should a server echo the header
+            secrets.update((auth, auth.split(" ", 1)[1]))
+        self._secrets = sorted(secrets, key=len, reverse=True)
 
     def __call__(self, text: str) -> str:
         for secret in self._secrets:
@@ -105,9 +109,14 @@ def _connection(url: str, timeout: float) -> tuple[http.client.HTTPConnection, s
 
 
 def _body(resp: http.client.HTTPResponse) -> str:
-    data = resp.read(MAX_BODY + 1)
-    if len(data) > MAX_BODY:
-        raise ScrapeError(GARBAGE, f"the page is over {MAX_BODY >> 20} MiB")
+    parts: list[bytes] = []
+    size = 0
+    while chunk := resp.read(READ_SIZE):
+        parts.append(chunk)
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise ScrapeError(GARBAGE, f"the page is over {MAX_BODY >> 20} MiB")
+    data = b"".join(parts)
     if (resp.getheader("Content-Encoding") or "").lower() == "gzip":
         try:
             data = zlib.decompress(data, 16 + zlib.MAX_WBITS)

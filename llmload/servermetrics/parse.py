@@ -76,10 +76,9 @@ def iter_samples(text: str, pause: Callable[[], None] | None = None) -> Iterator
     lines: Iterable[str] = io.StringIO(text) if pause is None else _lines(text, pause)
     try:
         for family in text_fd_to_metric_families(lines):  # type: ignore[arg-type]  # it only iterates lines
+            renamed = bare and family.type == "counter" and family.name in bare
             for s in family.samples:
-                name = s.name
-                if bare and name.endswith("_total") and name[:-6] in bare:
-                    name = name[:-6]
+                name = s.name[:-6] if renamed and s.name == family.name + "_total" else s.name
                 yield Sample(name, dict(s.labels), float(s.value))
     except ExpositionError:
         raise

@@ -2,9 +2,14 @@
 
 The scraper never touches the streaming path: it shares the event loop only while it waits on its socket
 (cooperatively) and while it parses, which it does in slices of at most :data:`SLICE_S` of CPU, yielding to the
-loop between them, so that a 100 KB page does not hold back the timestamps of arriving tokens. Scrapes follow a
+loop between them, so that a large page does not hold back the timestamps of arriving tokens. Scrapes follow a
 fixed schedule (``start + k * interval``; a slot missed by a slow scrape is skipped, never run late), and a
 failure is counted by kind and never ends the run.
+
+Measured (not a test: timings on a shared machine), a 170 KB page of 1,456 samples (8 vLLM engines) scraped
+every 100 ms, with a greenlet that sleeps 1 ms and records how late it wakes: parsed in one go, the loop stalls
+up to 117-144 ms (p99 61-66 ms); sliced, at most 20 ms (p99 5 ms; the parser itself never runs more than ~4 ms
+between two slices; the rest is garbage collection and the machine, whose idle loop shows up to 4 ms).
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ class _Pacer:
 
 def parse_cooperatively(text: str) -> list[Sample]:
     """:func:`~llmload.servermetrics.parse.parse_exposition`, yielding to the event loop every ``SLICE_S`` of
-    CPU (the parser is pure Python: about 30 us a sample, so 20 ms for a large vLLM page)."""
+    CPU (the parser is pure Python: 30-45 us a sample, so tens of milliseconds for a large page)."""
     return list(iter_samples(text, _Pacer()))
 
 
@@ -68,7 +73,7 @@ class Scraper:
     ) -> None:
         if not interval_s > 0:
             raise ValueError(f"interval_s must be > 0, not {interval_s!r}")
-        self.url = url
+        self._url = url  # may hold a password: shown only as shown_url
         self.interval_s = float(interval_s)
         self.timeout_s = float(timeout_s) if timeout_s is not None else default_timeout(self.interval_s)
         self.headers = dict(headers or {})
@@ -111,7 +116,7 @@ class Scraper:
     def scrape_once(self) -> Snapshot | None:
         """One scrape now: its snapshot (also appended to ``snapshots``), or None after counting the failure."""
         try:
-            page = fetch(self.url, self.timeout_s, self.headers)
+            page = fetch(self._url, self.timeout_s, self.headers)
             snapshot = self._snapshot(page)
         except ScrapeError as exc:
             self._failed(exc.kind, str(exc))

@@ -5,6 +5,7 @@ stamps snapshots on the perf_counter clock, sends Basic auth and API-key headers
 from __future__ import annotations
 
 import base64
+import gzip
 import socket
 import threading
 import time
@@ -44,6 +45,13 @@ class _Handler(BaseHTTPRequestHandler):
         engine = path.strip("/")
         if engine in ("vllm", "sglang", "tgi"):
             self._send(200, (DATA / f"{engine}.txt").read_bytes(), ctype="text/plain; version=0.0.4; charset=utf-8")
+        elif path == "/gzip":
+            self.send_response(200)
+            body = gzip.compress((DATA / "sglang.txt").read_bytes())
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
         elif path == "/missing":
             self._send(404, b"Not Found")
         elif path == "/error":
@@ -249,6 +257,17 @@ def test_basic_auth_and_api_key_are_sent_and_never_shown(server: _Server):
                       timeout_s=0.5)
     _run(refused, 0.1)
     assert refused.failures["connect"] >= 1 and PASSWORD not in refused.first_error
+
+
+def test_gzip_pages_and_tls_mismatch(server: _Server):
+    zipped = Scraper(_url(server, "/gzip"), interval_s=10.0)
+    _run(zipped, 0.1)
+    assert not zipped.failures and zipped.snapshots[0].engine == "sglang"
+    assert server.seen[0][1]["Accept-Encoding"] == "gzip"
+    # https to a plain-HTTP server: a connect failure, counted like any other
+    tls = Scraper(_url(server, "/vllm").replace("http://", "https://"), interval_s=10.0, timeout_s=1.0)
+    _run(tls, 0.1)
+    assert set(tls.failures) == {"connect"} and "SSL" in tls.first_error
 
 
 def test_probe(server: _Server):

@@ -245,6 +245,13 @@ def test_tensor_parallel_ranks_count_once_data_parallel_ranks_add_up():
     assert series["waiting"] == 4.0
 
 
+def test_histogram_without_count_takes_the_inf_bucket():
+    text = 'vllm:e2e_request_latency_seconds_bucket{le="1.0"} 2\nvllm:e2e_request_latency_seconds_bucket{le="+Inf"} 5\n'
+    series, hist = common_series(parse_exposition(text), "vllm")
+    assert series["e2e_seconds_count"] == 5.0 and "e2e_seconds_sum" not in series  # no sum: no mean
+    assert hist["e2e_seconds"] == [(1.0, 2.0), (math.inf, 5.0)]
+
+
 def test_nan_values_are_no_value():
     series, _ = common_series(parse_exposition('vllm:num_requests_running{engine="0"} NaN\n'), "vllm")
     assert "running" not in series
