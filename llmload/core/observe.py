@@ -86,8 +86,8 @@ class RunObserver:
             self.scraper.stop()
             observed.snapshots = list(self.scraper.snapshots)
             observed.scrape_url = getattr(self.scraper, "shown_url", "")
-            observed.server = summarize(observed.snapshots, self.start, self.end)
-            observed.server["failures"] = dict(self.scraper.failures)
+            observed.server = summarize(observed.snapshots, self.start, self.end, failures=self.scraper.failures,
+                                        first_error=self.scraper.first_error)
         if self.monitor is not None:
             observed.saturation = self.monitor.verdict()
         return observed
