@@ -8,6 +8,7 @@ examples:
   llmload sim --ttft-ms 50 --itl-ms 10          # fixed timing, for measurement-accuracy tests
   llmload sim --dialect transformers --error-rate 0.05 --trace-file trace.jsonl
   llmload sim --prefix-cache-tokens 200000 --reasoning-tokens 32   # cache hits cut TTFT; chat streams think first
+  llmload sim --dialect sglang --engine-trace engine.jsonl         # /metrics in SGLang's names, with its ground truth
 """
 
 from __future__ import annotations
@@ -103,6 +104,9 @@ def _faults_and_trace(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--trace-file", metavar="F",
                      help="append one JSON line per request with the monotonic send time of every chunk, "
                           "cached and prefilled prompt tokens, reasoning tokens and the session")
+    out.add_argument("--engine-trace", metavar="F",
+                     help="append one JSON line each time the engine's scheduler state changes (t, running, "
+                          "waiting, kv_usage, worker pid): the ground truth behind /metrics' gauges")
     out.add_argument("--trace-prompts", action="store_true",
                      help="also record each request's messages (chat) or prompt in the trace (big traces)")
     out.add_argument("--session-header", default="X-Session-ID", metavar="NAME",
@@ -141,7 +145,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
             slow_headers_rate=args.slow_headers_rate, slow_headers_s=args.slow_headers_s,
             not_streamed_rate=args.not_streamed_rate,
         ),
-        trace_file=args.trace_file, workers=args.workers, tokenizer=args.tokenizer,
+        trace_file=args.trace_file, engine_trace=args.engine_trace, workers=args.workers, tokenizer=args.tokenizer,
         prefix_cache_tokens=args.prefix_cache_tokens, prefix_cache_block=args.prefix_cache_block,
         prefill_ms_per_token=args.prefill_ms_per_token, reasoning_tokens=args.reasoning_tokens,
         session_header=args.session_header.strip(), trace_prompts=args.trace_prompts,

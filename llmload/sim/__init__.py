@@ -12,5 +12,6 @@ truth for llmload's own measurement tests (``--trace-file``), and cheap enough n
     wire.py       render each dialect's stream events and JSON responses
     faults.py     seeded fault selection
     loop.py       the epoll event loop with timerfd deadlines
+    metrics/      /metrics: vLLM's and SGLang's names, the workers' shared counters, --engine-trace
     server/       HTTP handling, streams, the trace file, worker processes (a package)
 """

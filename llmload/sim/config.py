@@ -132,6 +132,8 @@ class SimConfig:
     max_model_len: int = 32768
     faults: Faults = field(default_factory=Faults)
     trace_file: str | None = None
+    #: one JSON line per published scheduler state (``--engine-trace``): the ground truth for ``/metrics``
+    engine_trace: str | None = None
     workers: int = 1
     #: a tokenizer to count prompt tokens exactly (else ~4 characters per token)
     tokenizer: str | None = None

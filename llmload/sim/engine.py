@@ -27,8 +27,8 @@ if TYPE_CHECKING:
 class Seq:
     """One request inside the engine."""
 
-    __slots__ = ("blocks", "cached", "generated", "key", "output_tokens", "prefilled", "prompt_tokens", "reserved",
-                 "stall_since")
+    __slots__ = ("admitted", "blocks", "cached", "generated", "key", "output_tokens", "prefilled", "prompt_tokens",
+                 "reserved", "stall_since")
 
     def __init__(self, key: object, prompt_tokens: int, output_tokens: int, blocks: Sequence[int] = ()) -> None:
         self.key = key
@@ -42,6 +42,8 @@ class Seq:
         self.reserved = self.prompt_tokens + self.output_tokens
         #: when the first token was emitted, while the first decode step is held back (stall profiles)
         self.stall_since: float | None = None
+        #: when the engine moved it from waiting to running (None until then): its queue time ends here
+        self.admitted: float | None = None
 
 
 class BatchEngine:
@@ -72,27 +74,36 @@ class BatchEngine:
         elif seq in self.waiting:
             self.waiting.remove(seq)
 
-    def _admit(self) -> None:
-        """Move waiting sequences into the batch while seats and KV capacity allow; look up their prefixes."""
+    def _admit(self, now: float) -> None:
+        """Move waiting sequences into the batch while seats and KV capacity allow; look up their prefixes.
+
+        A sequence reserves its whole KV (prompt + output) here, so a running one never runs out and nothing is
+        ever preempted: when the KV is spoken for, admission stops and the rest wait.
+        """
         p = self.profile
         running = self.running
         cache = self.cache
+        if cache is not None:
+            cache.begin_batch()
         while self.waiting and len(running) < p.max_num_seqs:
             seq = self.waiting[0]
             if running and self.kv_reserved + seq.reserved > p.kv_capacity:
                 break
             self.waiting.popleft()
             running.append(seq)
+            seq.admitted = now
             self.kv_reserved += seq.reserved
-            if cache is not None and seq.blocks:
+            if cache is not None:  # a prompt shorter than a block is still a query (of no hits), as in vLLM
                 seq.cached = cache.lookup(seq.blocks, seq.prompt_tokens)
                 seq.prefilled = seq.cached
+        if cache is not None:
+            cache.end_batch()
 
     def plan_step(self, now: float) -> float:
         """Choose this step's work and return its duration in seconds (0 when idle)."""
         p = self.profile
         if self.waiting:
-            self._admit()
+            self._admit(now)
         running = self.running
         prefilling = False
         for s in running:

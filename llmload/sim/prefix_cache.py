@@ -58,6 +58,9 @@ class PrefixCache:
         self._blocks: OrderedDict[int, None] = OrderedDict()
         self.hits = 0
         self.queries = 0
+        #: hit tokens / queried tokens of the latest batch of lookups (SGLang's ``cache_hit_rate`` gauge)
+        self.batch_hit_rate = 0.0
+        self._batch_start = (0, 0)
 
     def __len__(self) -> int:
         return len(self._blocks)
@@ -81,6 +84,16 @@ class PrefixCache:
         self.queries += prompt_tokens
         self.hits += hit * self.block_size
         return hit * self.block_size
+
+    def begin_batch(self) -> None:
+        """Lookups from here to :meth:`end_batch` are one batch (the requests one engine step admits)."""
+        self._batch_start = (self.queries, self.hits)
+
+    def end_batch(self) -> None:
+        """Set :attr:`batch_hit_rate` from this batch's lookups; a batch without any keeps the previous rate."""
+        queries, hits = self._batch_start
+        if self.queries > queries:
+            self.batch_hit_rate = (self.hits - hits) / (self.queries - queries)
 
     def insert(self, keys: Sequence[int]) -> None:
         """Add a prefilled prompt's blocks, then evict least recently used blocks beyond the capacity."""

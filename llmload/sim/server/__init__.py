@@ -9,6 +9,7 @@ scheduled time: from the continuous-batching engine's step ends, or, in fixed-ti
     http.py       request heads, keep-alive, plain responses, the non-generation routes
     streaming.py  starting a job (and its fault), the two chunk clocks, sending chunks
     tracefile.py  the --trace-file ground truth
+    observe.py    what /metrics and --engine-trace learn: scheduler state, first tokens, request ends
     core.py       SimServer: the parts above put together, its lifetime and /sim/stats
     workers.py    binding the port, one process or N forked workers (serve)
 """

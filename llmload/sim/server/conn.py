@@ -44,8 +44,8 @@ class Job:
     """One generation request in flight."""
 
     __slots__ = (
-        "chunk_times", "chunk_tokens", "client_id", "conn", "fault", "fault_at", "generated", "held", "path",
-        "received", "req", "request_id", "seq", "session", "stalled_until", "started", "text", "wire",
+        "chunk_times", "chunk_tokens", "client_id", "conn", "fault", "fault_at", "generated", "held", "in_engine",
+        "path", "received", "req", "request_id", "seq", "session", "stalled_until", "started", "text", "wire",
     )
 
     def __init__(self, conn: Conn, req: GenRequest, wire: Wire, request_id: str, client_id: str, path: str) -> None:
@@ -70,6 +70,8 @@ class Job:
         self.stalled_until = 0.0
         #: engine chunks produced during a stall, sent when it ends
         self.held: list[bytes] = []
+        #: generation started (the engine, or the fixed-timing clock, has it): /metrics counts its end
+        self.in_engine = False
 
     @property
     def cached_tokens(self) -> int:

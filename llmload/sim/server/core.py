@@ -1,9 +1,10 @@
-"""The simulated engine's server object: its state, its lifetime, and ``/sim/stats``.
+"""The simulated engine's server object: its state, its lifetime, ``/sim/stats`` and ``/metrics``.
 
-:class:`SimServer` is assembled from three parts that share its attributes: connection I/O
-(:mod:`~llmload.sim.server.conn`), HTTP (:mod:`~llmload.sim.server.http`) and generation
-(:mod:`~llmload.sim.server.streaming`). They are mixins rather than separate objects because the per-token
-path reads the server's attributes directly, with no extra hop.
+:class:`SimServer` is assembled from four parts that share its attributes: connection I/O
+(:mod:`~llmload.sim.server.conn`), HTTP (:mod:`~llmload.sim.server.http`), generation
+(:mod:`~llmload.sim.server.streaming`) and what ``/metrics`` learns from it (:mod:`~llmload.sim.server.observe`).
+They are mixins rather than separate objects because the per-token path reads the server's attributes directly,
+with no extra hop.
 """
 
 from __future__ import annotations
@@ -19,19 +20,22 @@ from llmload.sim.config import SimConfig
 from llmload.sim.engine import BatchEngine
 from llmload.sim.faults import FaultPicker
 from llmload.sim.loop import EventLoop
+from llmload.sim.metrics import EngineTrace, Exposition, SharedStats, WorkerStats, dialect_metrics
 from llmload.sim.prefix_cache import PrefixCache
 from llmload.sim.requests import RequestParser, Tokenize
 from llmload.sim.server.conn import Conn, Connections
 from llmload.sim.server.http import HttpFront
+from llmload.sim.server.observe import Observing
 from llmload.sim.server.streaming import Streaming
 from llmload.sim.server.tracefile import TraceFile
 
 
-class SimServer(Streaming, HttpFront, Connections):
+class SimServer(Streaming, HttpFront, Observing, Connections):
     """The simulated engine's HTTP front end and chunk scheduler."""
 
     def __init__(self, config: SimConfig, sock: socket.socket, worker_index: int = 0,
-                 tokenize: Tokenize | None = None) -> None:
+                 tokenize: Tokenize | None = None, shared: SharedStats | None = None) -> None:
+        """``shared``: the ``/metrics`` blocks of all workers (made before they fork); a block of one if None."""
         self.config = config
         self.sock = sock
         self.loop = EventLoop()
@@ -50,6 +54,12 @@ class SimServer(Streaming, HttpFront, Connections):
         self.trace = TraceFile(config.trace_file, self.wall_offset)
         self.requests = 0
         self.chunks_sent = 0
+        self._own_shared = shared is None
+        self.shared = shared if shared is not None else SharedStats(dialect_metrics(config.dialect))
+        self.metrics = WorkerStats(self.shared, worker_index, self.engine.profile.kv_capacity if self.engine else 0)
+        self.exposition = Exposition(self.shared, config.dialect, config.model)
+        self.engine_trace = EngineTrace(config.engine_trace, worker_index) if config.engine_trace else None
+        self._fixed_running = 0
         # hot-path shortcuts into the loop
         self._timers = self.loop.timers
         self._timer_seq = self.loop._seq
@@ -74,6 +84,10 @@ class SimServer(Streaming, HttpFront, Connections):
         self.loop.unregister(self.sock.fileno())
         self.loop.close()
         self.trace.close()
+        if self.engine_trace is not None:
+            self.engine_trace.close()
+        if self._own_shared:
+            self.shared.close()
 
     def stats(self) -> dict:
         counts = self.loop.lateness

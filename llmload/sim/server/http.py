@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from llmload.sim.metrics.render import CONTENT_TYPE
 from llmload.sim.requests import ROUTES, openai_error
 from llmload.tokenizer import BUILTIN
 
 if TYPE_CHECKING:
     from llmload.sim.config import SimConfig
+    from llmload.sim.metrics import Exposition
     from llmload.sim.server.conn import Conn
 
 REASONS = MappingProxyType({
@@ -54,6 +56,7 @@ class HttpFront:
     """Request parsing, keep-alive and pipelining, plain responses and the non-generation routes."""
 
     config: SimConfig
+    exposition: Exposition
 
     def _next_request(self, conn: Conn) -> None:
         """Parse one complete request from the buffer, if there is one, and handle it."""
@@ -125,6 +128,8 @@ class HttpFront:
             self._respond(conn, 200, orjson.dumps({"object": "list", "data": [self._model_card()]}))
         elif path == "/sim/stats" and method == "GET":
             self._respond(conn, 200, orjson.dumps(self.stats()))
+        elif path == "/metrics" and method == "GET":
+            self._respond(conn, 200, self.exposition.render(), content_type=CONTENT_TYPE)
         else:
             err = openai_error(404, f"no route for {method} {path}", "NotFoundError")
             self._respond(conn, 404, err.body)

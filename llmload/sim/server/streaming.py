@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from llmload.sim.engine import BatchEngine
     from llmload.sim.faults import Fault, FaultPicker
     from llmload.sim.loop import EventLoop
+    from llmload.sim.metrics import WorkerStats
     from llmload.sim.prefix_cache import PrefixCache
     from llmload.sim.requests import RequestParser
     from llmload.sim.server.tracefile import TraceFile
@@ -61,6 +62,11 @@ class Streaming:
     _close_abruptly: Callable[[Conn], None]
     _respond: Callable[..., None]
     _done: Callable[[Conn], None]
+    _publish: Callable[..., None]
+    _first_token: Callable[[Job, float], None]
+    _finished: Callable[[Job, str], None]
+    _fixed_running: int
+    metrics: WorkerStats
 
     # -- starting ----------------------------------------------------------------------------------------
 
@@ -104,7 +110,7 @@ class Streaming:
     def _fail(self, job: Job, status: int, body: bytes = b"") -> None:
         conn = job.conn
         message = f"simulated server error (HTTP {status})"
-        self.trace.write(job, f"error_{status}")
+        self._finished(job, f"error_{status}")
         if status == 422:
             # what a strict (FastAPI/pydantic) server answers for a field it does not know: the request's last one
             data = orjson.loads(body) if body else {}
@@ -130,26 +136,35 @@ class Streaming:
             return
         now = time.monotonic()
         job.started = now
+        job.in_engine = True
         if job.req.stream:
             self._send(conn, STREAM_HEAD + frame(job.wire.head_events()))
         cfg = self.config
         if self.engine is None:
             req = job.req
-            if self.prefix_cache is not None and req.block_hashes:
-                req.cached_tokens = self.prefix_cache.lookup(req.block_hashes, req.prompt_tokens)
+            cache = self.prefix_cache
+            if cache is not None:
+                cache.begin_batch()
+                req.cached_tokens = cache.lookup(req.block_hashes, req.prompt_tokens)
+                cache.end_batch()
             ttft = ((cfg.ttft_ms or 0.0) + cfg.prefill_ms_per_token * (req.prompt_tokens - req.cached_tokens)) / 1000.0
             self.loop.call_at(job.received + ttft, self._fixed_tick, job)
+            self._fixed_running += 1
+            self._publish()
         else:
             job.seq = Seq(job, job.req.prompt_tokens, job.req.output_tokens, job.req.block_hashes)
             self.engine.add(job.seq)
             if self._step_deadline is None:
                 self._begin_step(now)
+            else:
+                self._publish()  # it waits for the next step
 
-    def _abandon(self, job: Job) -> None:
-        """The client went away mid-request: free its engine slot and record it."""
+    def _abandon(self, job: Job, status: str = "client_closed") -> None:
+        """The client went away mid-request (or a fault dropped it): free its engine slot and record it."""
         if job.seq is not None and self.engine is not None:
             self.engine.cancel(job.seq)
-        self.trace.write(job, "client_closed")
+            self._publish()
+        self._finished(job, status)
 
     # -- the two clocks ----------------------------------------------------------------------------------
 
@@ -164,6 +179,7 @@ class Streaming:
         self._lateness[0 if late < 0 else (late if late < 10_000 else 10_000)] += 1
         req = job.req
         n = 1 if job.generated == 0 else min(self.config.tokens_per_chunk, req.output_tokens - job.generated)
+        self.metrics.add_generated(n)
         if self._emit(job, n, now):
             nxt = deadline + self._itl_s
             if job.stalled_until > nxt:
@@ -177,20 +193,25 @@ class Streaming:
         if duration <= 0.0:
             if engine.idle:
                 self._step_deadline = None
+                self._publish()
                 return
             duration = 0.001
         self._step_deadline = now + duration
         self.loop.call_at(self._step_deadline, self._end_step)
+        self._publish(duration)
 
     def _end_step(self, _arg: None, deadline: float) -> None:
         engine = self.engine
         assert engine is not None
         now = time.monotonic()
         self.loop.record_lateness(now - deadline)
+        generated = 0
         for seq, n in engine.complete_step(deadline):
             job = seq.key
             if job.conn.job is job:  # type: ignore[attr-defined]
+                generated += n
                 self._emit(job, n, now)  # type: ignore[arg-type]
+        self.metrics.add_generated(generated)
         # keep the model's clock unless we have fallen far behind it
         self._begin_step(deadline if now - deadline < 0.05 else now)
 
@@ -233,8 +254,10 @@ class Streaming:
         req = job.req
         conn = job.conn
         index = len(job.chunk_tokens)
-        if index == 0 and job.seq is not None:
-            req.cached_tokens = job.seq.cached  # the engine looked the prompt up when it admitted it
+        if index == 0:
+            if job.seq is not None:
+                req.cached_tokens = job.seq.cached  # the engine looked the prompt up when it admitted it
+            self._first_token(job, now)
         text = text_of(req.text_offset, job.generated, n)
         job.generated += n
         last = job.generated >= req.output_tokens
@@ -263,7 +286,7 @@ class Streaming:
         job.chunk_tokens.append(n)
         self.chunks_sent += 1
         if last:
-            self.trace.write(job, "ok" if fault is None else fault.kind)
+            self._finished(job, "ok" if fault is None else fault.kind)
             self._done(conn)
         return not last
 
@@ -274,14 +297,14 @@ class Streaming:
         job.chunk_tokens.append(n)
         if last:
             self._respond(job.conn, 200, job.wire.full_json(b"".join(job.text)))
-            self.trace.write(job, "ok")
+            self._finished(job, "ok")
         return not last
 
     def _strike(self, job: Job, fault: Fault, event: bytes, now: float) -> bytes | None:
         """The mid-stream fault hits this chunk: the event to send instead, or None once disconnected."""
         if fault.kind == "disconnect":
-            self.trace.write(job, "disconnect")
             job.conn.job = None
+            self._abandon(job, "disconnect")  # the engine drops it, as for a client that went away
             self._close_abruptly(job.conn)
             return None
         if fault.kind == "malformed":
@@ -313,5 +336,5 @@ class Streaming:
             data += frame(job.wire.tail_events()) + END_CHUNKED
         self._send(job.conn, data)
         if last:
-            self.trace.write(job, "stall")
+            self._finished(job, "stall")
             self._done(job.conn)

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 
 from llmload.sim.config import SimConfig
+from llmload.sim.metrics import SharedStats, dialect_metrics
 from llmload.sim.requests import Tokenize
 from llmload.sim.server.core import SimServer
 
@@ -41,8 +42,9 @@ def _install_stop(server: SimServer) -> None:
     signal.signal(signal.SIGINT, lambda *_: server.stop())
 
 
-def run_worker(config: SimConfig, sock: socket.socket, index: int, tokenize: Tokenize | None) -> None:
-    server = SimServer(config, sock, index, tokenize)
+def run_worker(config: SimConfig, sock: socket.socket, index: int, tokenize: Tokenize | None,
+               shared: SharedStats | None = None) -> None:
+    server = SimServer(config, sock, index, tokenize, shared)
     _install_stop(server)
     server.serve_forever()
 
@@ -63,14 +65,15 @@ class _WorkerPool:
             except ProcessLookupError:
                 pass
 
-    def fork(self, config: SimConfig, port: int, index: int, tokenize: Tokenize | None) -> None:
+    def fork(self, config: SimConfig, port: int, index: int, tokenize: Tokenize | None,
+             shared: SharedStats) -> None:
         sock = _listen(config.host, port, reuse_port=True)
         # Block stop signals across fork so a child never runs the parent's handler: it takes a pending
         # signal only once its own handler is installed.
         signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
         pid = os.fork()
         if pid == 0:
-            _child(config, sock, index, tokenize)
+            _child(config, sock, index, tokenize, shared)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
         self.children.append(pid)
         sock.close()
@@ -91,11 +94,12 @@ class _WorkerPool:
         return status
 
 
-def _child(config: SimConfig, sock: socket.socket, index: int, tokenize: Tokenize | None) -> None:
+def _child(config: SimConfig, sock: socket.socket, index: int, tokenize: Tokenize | None,
+           shared: SharedStats) -> None:
     """A forked worker's whole life; it never returns (``os._exit``)."""
     code = 0
     try:
-        server = SimServer(config, sock, index, tokenize)
+        server = SimServer(config, sock, index, tokenize, shared)
         _install_stop(server)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
         server.serve_forever()
@@ -114,8 +118,10 @@ def serve(config: SimConfig, ready: Callable[[str], None] | None = None) -> None
     port = probe.getsockname()[1]
     host = f"[{config.host}]" if ":" in config.host else config.host
     url = f"http://{host}:{port}"
+    # every worker's /metrics block, in memory the forked workers share: any of them answers for all
+    shared = SharedStats(dialect_metrics(config.dialect), workers)
     if workers == 1:
-        server = SimServer(config, probe, 0, tokenize)
+        server = SimServer(config, probe, 0, tokenize, shared)
         _install_stop(server)
         if ready:
             ready(url)
@@ -126,7 +132,7 @@ def serve(config: SimConfig, ready: Callable[[str], None] | None = None) -> None
     signal.signal(signal.SIGTERM, pool.forward)
     signal.signal(signal.SIGINT, pool.forward)
     for index in range(workers):
-        pool.fork(config, port, index, tokenize)
+        pool.fork(config, port, index, tokenize, shared)
     if pool.stopping:  # a signal came while forking: pass it to the workers started after it
         pool.forward(signal.SIGTERM, None)
     elif ready:
