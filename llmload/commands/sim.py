@@ -54,6 +54,9 @@ def _server_and_timing(parser: argparse.ArgumentParser) -> None:
     profiles = ", ".join(f"{name} ({p.description})" for name, p in PROFILES.items())
     timing.add_argument("--profile", choices=sorted(PROFILES), default=DEFAULT_PROFILE, metavar="NAME",
                         help=f"continuous-batching profile: {profiles}. Default: %(default)s")
+    timing.add_argument("--max-num-seqs", type=argtypes.positive_int, metavar="N",
+                        help="requests the engine runs at once (default: the profile's); fewer give a lower, known "
+                             "capacity, e.g. for saturation tests")
     timing.add_argument("--first-decode-stall", action="store_true",
                         help="hold a new request's first decode step until waiting prefills are done")
     timing.add_argument("--ttft-ms", type=argtypes.non_negative, help="fixed-timing mode: time to first token")
@@ -135,6 +138,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
     profile = PROFILES[args.profile]
     if args.first_decode_stall:
         profile = replace(profile, first_decode_stall=True)
+    if args.max_num_seqs:
+        profile = replace(profile, max_num_seqs=args.max_num_seqs)
     return SimConfig(
         host=args.host, port=args.port, model=args.model, dialect=args.dialect, profile=profile,
         ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, tokens_per_chunk=args.tokens_per_chunk, seed=args.seed,
