@@ -167,7 +167,11 @@ def execute(plan: RunPlan, target: Target, workload: Workload, user: Any, env: A
     print(format_run_header(args.request_rate, args.burstiness, args.max_concurrency,
                             ramp_up_strategy=args.ramp_up_strategy, ramp_up_start_rps=args.ramp_up_start_rps,
                             ramp_up_end_rps=args.ramp_up_end_rps), flush=True)
+    from llmload.exporter.wiring import bench_exporter
+
+    live = stack.enter_context(bench_exporter(plan, env, master, interrupts, log))
     progress = Progress(request_count(workload.schedule))
+    on_record = live.chain(progress.on_record)
     health = HealthMonitor(reactor=user._pool.reactor)
     interrupts.start_run(args.stop_timeout)
     if not args.disable_tqdm:
@@ -176,9 +180,9 @@ def execute(plan: RunPlan, target: Target, workload: Workload, user: Any, env: A
     try:
         with quiet_gc():
             if master is None:
-                outcome = run_single(user, workload.schedule, args, interrupts, plan.think, progress.on_record)
+                outcome = run_single(user, workload.schedule, args, interrupts, plan.think, on_record)
             else:
-                master.bench.on_record = progress.on_record
+                master.bench.on_record = on_record
                 outcome = master.run(run_config(plan, target), workload.schedule, interrupts)
     finally:
         health.stop()

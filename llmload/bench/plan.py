@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from llmload.bench.console import log
 from llmload.core.workload import chat_backend_for_conversations, check_conversation_options, schedule_spec
@@ -113,12 +114,23 @@ class RunPlan:
             log(f"--multi-turn sends chat messages: using --backend {chat} instead of {args.backend}")
             args.backend = chat
         self.spec = schedule_spec(args)
+        self.prometheus = prometheus_endpoint(args)
         self._frozen = True
 
     def __setattr__(self, name: str, value: object) -> None:
         if getattr(self, "_frozen", False):
             raise AttributeError(f"a RunPlan is frozen once validated (tried to set {name})")
         super().__setattr__(name, value)
+
+
+def prometheus_endpoint(args: argparse.Namespace) -> Any:
+    """``--prometheus-port``'s listening socket (:mod:`llmload.exporter`), bound now: a busy port is a usage error
+    before anything is sent; None when off (and prometheus_client is not even imported)."""
+    if args.prometheus_port is None and not args.prometheus_linger:
+        return None
+    from llmload.exporter.wiring import bind_from_options
+
+    return bind_from_options(args)
 
 
 def check_writable(directory: Path) -> None:

@@ -234,6 +234,17 @@ _OUTPUT = (
     Option(("--label",), "label", BENCH, "output", "label in the result file name (default: the backend)"),
     Option(("--disable-tqdm",), "disable_tqdm", BENCH, "output", "no progress line on stderr", action="store_true",
            default=False),
+    # off the web form: the port is bound at start-up, before any form is filled in
+    Option(("--prometheus-port",), "prometheus_port", BOTH, "output",
+           "serve llmload's live metrics at http://HOST:PORT/metrics for Prometheus (0: a free port, logged; "
+           "default: off; docs/observability.md)", type=argtypes.port_or_zero, metavar="PORT", web_ui=False),
+    Option(("--prometheus-host",), "prometheus_host", BOTH, "output",
+           "interface --prometheus-port listens on (default: %(default)s, this host only; 0.0.0.0 for a scraper "
+           "on another host or pod)", default="127.0.0.1", metavar="HOST", web_ui=False),
+    Option(("--prometheus-linger",), "prometheus_linger", BOTH, "output",
+           "after the run, with every request counted: keep /metrics up until it is scraped once more, at most "
+           "this many seconds, before the summary (default: %(default)s)", type=argtypes.seconds, default=0.0,
+           metavar="SECONDS", web_ui=False),
 )
 
 _GATES = (

@@ -81,6 +81,8 @@ class LocustRun(ClusterRole, RunState):
         self._my_clock = clock_offset()
         #: the web UI's LLM tab (master or local runner with a web UI)
         self.tab: Any = None
+        #: --prometheus-port's live metrics (master or local runner; llmload.exporter.wiring.locust_exporter)
+        self.exporter: Any = None
 
     # -- what the run sends --------------------------------------------------------------------------------
 
@@ -185,6 +187,8 @@ class LocustRun(ClusterRole, RunState):
             return
         if self.runner is not None and self.runner.state not in ("stopped", "init", "ready"):
             self.runner.stop()  # Ctrl-C or SIGTERM: Locust quits without stopping first
+        if self.exporter is not None:
+            self.exporter.finish()  # every record is in: --prometheus-linger, then stop serving
         from llmload.plugin.report import print_summary
 
         print_summary(self)
@@ -307,6 +311,9 @@ def attach(environment: Any) -> LocustRun:
     if run.role == "worker":
         return run
     try:
+        from llmload.exporter.wiring import locust_exporter
+
+        run.exporter = locust_exporter(run)  # a busy port fails here, before anything is sent
         run.prepare()  # before Locust starts its run timer (-t), not inside the timed run
     except LLMLoadError as exc:
         sys.stderr.write(f"llmload: error: {exc}\n")

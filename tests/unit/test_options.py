@@ -175,7 +175,7 @@ def test_the_brief_s_locust_options_are_shared() -> None:
         --request-timeout --prefix-repetition-prefix-len --prefix-repetition-suffix-len
         --prefix-repetition-num-prefixes --prefix-repetition-output-len --multi-turn --max-turns --history
         --max-context-tokens --context-policy --turn-think-time --reading-speed --session-header --system-prompt-len
-        --keep-reasoning"""
+        --keep-reasoning --prometheus-port --prometheus-host --prometheus-linger"""
     assert sorted(wanted.split()) == sorted(o.flag for o in SHARED)
 
 
