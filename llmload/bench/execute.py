@@ -30,6 +30,8 @@ class Outcome:
         self.lost = lost
         #: the signal that stopped the run early (None: it ran to the end)
         self.interrupted_by: int | None = None
+        #: the server's scraped metrics and the saturation verdict (:class:`llmload.core.observe.Observed`)
+        self.observed: Any = None
 
 
 def run_single(user: Any, schedule: Any, args: argparse.Namespace, interrupts: Any, think: Any,
@@ -167,16 +169,19 @@ def execute(plan: RunPlan, target: Target, workload: Workload, user: Any, env: A
     print(format_run_header(args.request_rate, args.burstiness, args.max_concurrency,
                             ramp_up_strategy=args.ramp_up_strategy, ramp_up_start_rps=args.ramp_up_start_rps,
                             ramp_up_end_rps=args.ramp_up_end_rps), flush=True)
+    from llmload.bench.observing import bench_observer
     from llmload.exporter.wiring import bench_exporter
 
+    observer = bench_observer(plan, target.base_url, env, master, interrupts)
     live = stack.enter_context(bench_exporter(plan, env, master, interrupts, log))
     progress = Progress(request_count(workload.schedule))
-    on_record = live.chain(progress.on_record)
+    on_record = live.chain(lambda record: (observer.on_record(record), progress.on_record(record)))
     health = HealthMonitor(reactor=user._pool.reactor)
     interrupts.start_run(args.stop_timeout)
     if not args.disable_tqdm:
         progress.start()
     health.start()
+    observer.begin()
     try:
         with quiet_gc():
             if master is None:
@@ -185,9 +190,11 @@ def execute(plan: RunPlan, target: Target, workload: Workload, user: Any, env: A
                 master.bench.on_record = on_record
                 outcome = master.run(run_config(plan, target), workload.schedule, interrupts)
     finally:
+        observed = observer.finish()
         health.stop()
         if not args.disable_tqdm:
             progress.stop()
+    outcome.observed = observed
     interrupts.start_report()
     # with --request-rate inf every request is due at once: how long spawning them took is not client lag
     report = health.report(outcome.schedule_lags_s if plan.spec.open_loop_lag_counts else None)

@@ -73,6 +73,7 @@ def _print_summary(args: argparse.Namespace, metrics: Any, outcome: Outcome, hea
         print(f"{'Interrupted by:':<40} {signal_name(outcome.interrupted_by):<10}")
     if outcome.unsent:
         print(f"{'Not sent (run stopped early):':<40} {outcome.unsent:<10}")
+    _print_observed(outcome.observed)
     if outcome.workers is not None:
         print(f"{'Workers:':<40} {len(outcome.workers):<10}")
         for w in outcome.workers:
@@ -80,6 +81,40 @@ def _print_summary(args: argparse.Namespace, metrics: Any, outcome: Outcome, hea
             print(f"{'  ' + w['worker'] + ' records (' + status + '):':<40} {w['records']:<10}")
         print(f"{'Lost with dead workers:':<40} {outcome.lost:<10}")
     sys.stdout.flush()
+
+
+def _print_observed(observed: Any) -> None:
+    """The server's metrics block and the saturation verdict (docs/observability.md)."""
+    if observed is None:
+        return
+    if observed.server is not None:
+        from llmload.servermetrics.summarize import format_block
+
+        block = format_block(observed.server)
+        if block:
+            print(block)
+    verdict = observed.saturation
+    if verdict is not None and verdict.saturated:
+        what = "requests in flight" if verdict.signal == "in_flight" else "the server's waiting queue"
+        print(f"WARNING: THE SERVER WAS SATURATED from {verdict.since_s:.0f} s on: {what} grew by "
+              f"{verdict.growth:.0f} while throughput stayed at {verdict.throughput_rps:.2f} req/s; latencies after "
+              "that measure the queue")
+        if observed.stopped_on_saturation:
+            print(f"{'Stopped on saturation:':<40} {'yes':<10}")
+
+
+def _save_series(observed: Any, rec_path: Path) -> None:
+    """The scraped series next to the records, on the records' clock (``X.server_metrics.jsonl``)."""
+    if observed is None or not observed.snapshots:
+        return
+    from llmload.core.messages import clock_offset
+    from llmload.servermetrics.store import series_path_for, write_series
+
+    path = series_path_for(rec_path)
+    try:
+        write_series(path, observed.snapshots, clock_offset())
+    except OSError as exc:
+        log(f"error: cannot write the server's metrics to {path}: {exc.strerror or exc}")
 
 
 def _save(run: Finished, metrics: Any, records: list, health_report: dict[str, Any]) -> bool:
@@ -112,6 +147,8 @@ def _save(run: Finished, metrics: Any, records: list, health_report: dict[str, A
         "interrupted": outcome.interrupted_by is not None,
         "interrupt_signal": signal_name(outcome.interrupted_by) if outcome.interrupted_by is not None else None,
     }
+    if outcome.observed is not None:
+        data.update(outcome.observed.result_keys())
     if outcome.workers is not None:
         data["workers"] = outcome.workers
         data["lost_with_workers"] = outcome.lost
@@ -133,6 +170,7 @@ def _save(run: Finished, metrics: Any, records: list, health_report: dict[str, A
         log(f"error: cannot write every record to {rec_path}: {exc.strerror or exc} (the lines written are "
              "complete records)")
         return False
+    _save_series(outcome.observed, rec_path)
     if ok:
         log(f"Saved result to {path} and {len(records)} request records to {rec_path}")
     return ok

@@ -108,14 +108,25 @@ class RunPlan:
                 f"--master binds {args.master_bind_host!r} and workers would receive the API key: set a cluster "
                 "token (LLMLOAD_CLUSTER_TOKEN or --cluster-token-file) on the master and the workers, or bind "
                 "--master-bind-host 127.0.0.1")
+        self._check_extras(args)
+        self._frozen = True
+
+    def _check_extras(self, args: argparse.Namespace) -> None:
+        """Conversations, the schedule spec, server metrics and saturation, llmload's own /metrics."""
         self.conversation = check_conversation_options(args)
         chat = chat_backend_for_conversations(args)
         if chat is not None:
             log(f"--multi-turn sends chat messages: using --backend {chat} instead of {args.backend}")
             args.backend = chat
         self.spec = schedule_spec(args)
+        if args.no_server_metrics and args.server_metrics_url:
+            raise ConfigError("--no-server-metrics and --server-metrics-url contradict each other: drop one")
+        if args.server_metrics_url and not args.server_metrics_url.startswith(("http://", "https://")):
+            raise ConfigError(f"--server-metrics-url {redact_url(args.server_metrics_url)}: expected http(s)://...")
+        if args.stop_on_saturation and args.think_time:
+            raise ConfigError("--stop-on-saturation judges an open loop; a closed loop (--think-time) cannot "
+                              "pile requests up")
         self.prometheus = prometheus_endpoint(args)
-        self._frozen = True
 
     def __setattr__(self, name: str, value: object) -> None:
         if getattr(self, "_frozen", False):

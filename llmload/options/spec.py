@@ -31,6 +31,7 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("metrics", "metrics"),
     ("timeouts", "timeouts and stopping"),
     ("distributed", "distributed (Locust's master/worker; docs/distributed.md)"),
+    ("server", "server metrics and saturation (docs/observability.md)"),
     ("output", "output"),
     ("gates", "CI gates (exit 3 when missed)"),
     ("locust", "Locust only (locust -f)"),

@@ -220,6 +220,22 @@ _DISTRIBUTED = (
            "(default: $LLMLOAD_CLUSTER_TOKEN; none: every worker is trusted)", metavar="FILE"),
 )
 
+_SERVER = (
+    Option(("--server-metrics-url",), "server_metrics_url", BOTH, "server",
+           "the server's Prometheus endpoint, scraped during the run off the streaming path (default: "
+           "<base-url>/metrics when it answers)", metavar="URL"),
+    Option(("--server-metrics-interval",), "server_metrics_interval", BOTH, "server",
+           "seconds between two scrapes (default: %(default)s)", type=argtypes.positive_seconds, default=1.0),
+    Option(("--no-server-metrics",), "no_server_metrics", BOTH, "server", "do not scrape the server's metrics",
+           action="store_true", default=False),
+    Option(("--stop-on-saturation",), "stop_on_saturation", BOTH, "server",
+           "open loop: end the run early once the server is saturated (requests pile up while throughput stays "
+           "flat); the result says so", action="store_true", default=False),
+    Option(("--saturation-window",), "saturation_window", BOTH, "server",
+           "seconds per window of the saturation test; it needs 3 windows in a row (default: %(default)s)",
+           type=argtypes.positive_seconds, default=5.0),
+)
+
 _OUTPUT = (
     Option(("--save-result",), "save_result", BENCH, "output", "write the result JSON and the records file",
            action="store_true", default=False),
@@ -282,8 +298,8 @@ _WEB_UI = (
 )
 
 #: every llmload option, in ``llmload bench --help`` order within each group
-OPTIONS: tuple[Option, ...] = (*_TARGET, *_WORKLOAD, *_TRACE, *_CONVERSATIONS, *_ARRIVALS, *_METRICS, *_TIMEOUTS, *_DISTRIBUTED,
-                               *_OUTPUT, *_GATES, *_LOCUST_ONLY, *_WEB_UI)
+OPTIONS: tuple[Option, ...] = (*_TARGET, *_WORKLOAD, *_TRACE, *_CONVERSATIONS, *_ARRIVALS, *_METRICS, *_TIMEOUTS,
+                               *_DISTRIBUTED, *_SERVER, *_OUTPUT, *_GATES, *_LOCUST_ONLY, *_WEB_UI)
 
 
 def options_for(scope: Scope) -> tuple[Option, ...]:
