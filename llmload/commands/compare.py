@@ -1,6 +1,9 @@
 """Compare runs side by side: the report's figures overlaid (one colour per run), a table of duration,
 req/s, output tok/s, TTFT mean/median/p99/std, TPOT, TPOT excl. 1st ITL, ITL, E2E, goodput and failures
-with relative differences against a baseline run, and automatic findings per run and across runs.
+with relative differences against a baseline run, and automatic findings per run and across runs. Runs that
+scraped the server's /metrics add its peak running/waiting requests, peak KV-cache usage, preemptions and
+prefix-cache hit rate to the table, a "Server metrics" table, and their running/waiting requests overlaid in one
+figure.
 
 Each RUN is a result JSON written by 'llmload bench --save-result' (records file next to it) or by vLLM's
 benchmark_serving.py --save-detailed; both kinds can be mixed.

@@ -5,6 +5,12 @@ stall, ITL vs TPOT and why they differ, a heavy TTFT tail, client saturation, fa
 RUN is a result JSON written by 'llmload bench --save-result' (with its .records.jsonl next to it) or by
 vLLM's benchmark_serving.py --save-detailed (figures over time are skipped: it has no timestamps).
 
+When the run scraped the server's /metrics (RUN's .server_metrics.jsonl next to its records), the report adds
+"Server and client over time" (client throughput and latency, the server's running/waiting requests and KV-cache
+usage on one time axis, the saturation onset marked), a "Server metrics" table and findings that read the
+server's series: a first-ITL stall that is the engine admitting a new batch, saturation, preemptions or a full
+KV cache.
+
 examples:
   llmload report results/vllm-inf-qps-Qwen3-8B-20250101-120000.json --output report/
   llmload report old-vllm-run.json --output report/ --goodput ttft:500 tpot:50

@@ -6,6 +6,8 @@
     tables.py    the headline table with relative differences: terminal, Markdown, CSV, HTML
     figures.py   matplotlib PNGs, one colour per run
     html.py      the self-contained HTML page
+    server.py    the server's scraped series on the report's time axis, its summary, the "Server metrics" table
+    server_findings.py / server_figures.py   findings and figures that read the server's series
     build.py     the pipeline both commands run
 
 Nothing heavy is imported here; matplotlib only when figures are drawn.

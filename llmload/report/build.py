@@ -9,6 +9,8 @@ from llmload.errors import ConfigError, DatasetError
 from llmload.metrics import parse_goodput
 from llmload.report.findings import Finding, compare_findings, run_findings
 from llmload.report.loader import load_runs
+from llmload.report.server import server_html, server_markdown, server_table, with_server_rows
+from llmload.report.server_findings import server_findings
 from llmload.report.stats import RunStats
 from llmload.report.tables import Table, build_table, to_csv, to_html, to_markdown, to_terminal
 from llmload.report.turns import turn_tables_html, turn_tables_markdown
@@ -21,9 +23,14 @@ class Outputs:
     findings: list[Finding]
     notes: list[str]
     files: list[Path]
+    #: the "Server metrics" table (None when no run has server metrics)
+    server: Table | None = None
 
     def terminal_text(self) -> str:
-        lines = [to_terminal(self.table), "", "Findings:"]
+        lines = [to_terminal(self.table), ""]
+        if self.server is not None:
+            lines += ["Server metrics:", to_terminal(self.server), ""]
+        lines.append("Findings:")
         lines += [f"  - {f.text()}" for f in self.findings] or ["  none (no stall, TTFT tail, ITL/TPOT gap, "
                                                                   "client saturation or failures)"]
         if any(s.run.simulated for s in self.stats):
@@ -61,7 +68,10 @@ def build(paths: list[str], out_dir: str | Path, *, name: str, title: str | None
     stats = [RunStats(run, slos) for run in runs]
     base = pick_baseline(stats, baseline, paths)
     table = build_table(stats, base)
-    findings = [f for s in stats for f in run_findings(s)]
+    if len(stats) > 1:
+        table = with_server_rows(table, stats)
+    server = server_table(stats, base)
+    findings = [f for s in stats for f in (*run_findings(s), *server_findings(s))]
     if len(stats) > 1:
         findings += compare_findings(stats, base)
     notes = [f"{run.label}: {note}" for run in runs for note in run.notes]
@@ -77,14 +87,15 @@ def build(paths: list[str], out_dir: str | Path, *, name: str, title: str | None
     md = [f"# {title}", ""]
     if any(s.run.simulated for s in stats):
         md += ["**SIMULATED**: runs against llmload's simulated engine, not a real inference server.", ""]
-    md += [to_markdown(table), *turn_tables_markdown(stats), "## Findings", ""]
+    md += [to_markdown(table), *turn_tables_markdown(stats), *server_markdown(stats, server), "## Findings", ""]
     md += [f"- {f.text()}" for f in findings] or ["- none"]
     if notes:
         md += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     md += ["", "## Figures", ""] + [f"![{f.title}]({f.path.name})" for f in figures]
     files = [out / f"{name}.html", out / f"{name}.md", out / f"{name}.csv"]
     files[0].write_text(render_html(title, stats, to_html(table), findings, figures, notes, base,
-                                          turns_html=turn_tables_html(stats)), encoding="utf-8")
+                                    turns_html=turn_tables_html(stats), server_html=server_html(stats, server)),
+                        encoding="utf-8")
     files[1].write_text("\n".join(md) + "\n", encoding="utf-8")
     files[2].write_text(to_csv(table), encoding="utf-8")
-    return Outputs(stats, table, findings, notes, files + [f.path for f in figures])
+    return Outputs(stats, table, findings, notes, files + [f.path for f in figures], server)

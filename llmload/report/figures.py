@@ -3,7 +3,8 @@
 Every function takes the runs' :class:`RunStats` and returns a ``matplotlib.figure.Figure``; :func:`render_all`
 saves them and says which were skipped and why (vLLM-format runs carry no send or arrival times, so the
 figures over time show only the runs that do). A run with turns adds "TTFT and cached fraction by turn index"
-(:mod:`llmload.report.turns`). matplotlib is imported here only, when a report is made.
+(:mod:`llmload.report.turns`); a run with the server's scraped metrics adds "Server and client over time"
+(:mod:`llmload.report.server_figures`). matplotlib is imported here only, when a report is made.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from llmload.report.server_figures import render_server
 from llmload.report.stats import RunStats
 from llmload.report.turns import TURNS_FIGURE, any_turns, fig_turns
 
@@ -280,10 +282,15 @@ def render_all(stats: list[RunStats], out_dir: Path, dpi: int = 100,
             if untimed:
                 notes.append(f"{title}: without {', '.join(untimed)} (no per-request send and arrival times)")
         fig = makers[name](plt, stats)
-        sim = any(s.run.simulated for s in stats)
-        fig.suptitle(title + ("  (SIMULATED engine)" if sim else ""), fontsize=11, y=1.02)
-        path = out_dir / f"{prefix}{name}.png"
-        fig.savefig(path, dpi=dpi, bbox_inches="tight")
-        plt.close(fig)
-        figures.append(Figure(name, title, path))
-    return figures, notes
+        figures.append(save(plt, fig, stats, name, title, out_dir / f"{prefix}{name}.png", dpi))
+    server_figures, server_notes = render_server(plt, stats, out_dir, dpi, prefix)
+    return figures + server_figures, notes + server_notes
+
+
+def save(plt, fig, stats: list[RunStats], name: str, title: str, path: Path, dpi: int) -> Figure:
+    """Title the figure (SIMULATED when a run was), write it as a PNG and free it."""
+    sim = any(s.run.simulated for s in stats)
+    fig.suptitle(title + ("  (SIMULATED engine)" if sim else ""), fontsize=11, y=1.02)
+    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    plt.close(fig)
+    return Figure(name, title, path)

@@ -44,8 +44,10 @@ def _runs_table(stats: list[RunStats], baseline: int) -> str:
 
 
 def render_html(title: str, stats: list[RunStats], table_html: str, findings: list[Finding],
-                figures: list[Figure], notes: list[str], baseline: int = 0, *, turns_html: str = "") -> str:
-    """The whole page; ``turns_html``: the per-turn tables of a multi-turn run, placed after the summary."""
+                figures: list[Figure], notes: list[str], baseline: int = 0, *, turns_html: str = "",
+                server_html: str = "") -> str:
+    """The whole page; ``turns_html``: the per-turn tables of a multi-turn run, placed after the summary, then
+    ``server_html``: the "Server metrics" section of runs that scraped the server."""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -73,6 +75,8 @@ def render_html(title: str, stats: list[RunStats], table_html: str, findings: li
                      "red worse (lower latency, higher throughput).</p>")
     if turns_html:
         parts.append(turns_html)
+    if server_html:
+        parts.append(server_html)
     parts.append("<h2>Figures</h2>")
     for note in notes:
         parts.append(f'<p class="note">{_e(note)}</p>')

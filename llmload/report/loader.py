@@ -9,7 +9,9 @@ A RUN is a result JSON in one of two shapes:
                 as a record that starts at 0 (first token at TTFT, then one chunk per ITL), so TTFT, TPOT,
                 TPOT excl. 1st ITL, ITL and E2EL are exact, while the figures over time are skipped
 
-Our JSON without a records file but with the ``--save-detailed`` lists is read like vLLM's.
+Our JSON without a records file but with the ``--save-detailed`` lists is read like vLLM's. The server's
+metrics scraped during an llmload run (``<name>.server_metrics.jsonl`` beside the records) come along in
+:attr:`Run.server`, on the records' clock.
 
 Standard JSON only has finite numbers: an infinite rate is the string ``"inf"`` (vLLM's ``request_rate`` and
 ours), kept as written. Files holding Python's non-JSON ``Infinity`` / ``NaN`` (older llmload versions) are
@@ -21,11 +23,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmload.choices import RECORDS_FORMATS
 from llmload.errors import DatasetError
 from llmload.records import RequestRecord
+
+if TYPE_CHECKING:
+    from llmload.servermetrics.snapshot import Snapshot
 
 #: keys only our result JSON has
 _OUR_KEYS = ("ttft_rule", "client_health", "total_requests", "mean_tpot_steady_ms")
@@ -49,6 +54,9 @@ class Run:
     #: send / chunk arrival timestamps exist (timelines, throughput over time, errors over time)
     has_timestamps: bool
     notes: list[str] = field(default_factory=list)
+    #: the server's metrics scraped during the run (``X.server_metrics.jsonl``), ``t`` on the records' clock;
+    #: empty when there is no such file
+    server: list[Snapshot] = field(default_factory=list)
 
     @property
     def simulated(self) -> bool:
@@ -146,8 +154,44 @@ def _from_records(data: dict[str, Any], path: Path, records_path: Path) -> Run:
         raise DatasetError(f"{records_path}: cannot read request records ({exc})") from None
     if not records:
         raise DatasetError(f"{records_path}: holds no request records")
-    return Run(label=_label(data, path), path=path, source="llmload", summary=data,
-               duration=_duration(data, path), records=records, has_timestamps=True)
+    run = Run(label=_label(data, path), path=path, source="llmload", summary=data,
+              duration=_duration(data, path), records=records, has_timestamps=True)
+    _attach_server(run, records_path)
+    return run
+
+
+#: a series with no scrape within this many seconds of the records' span is on another clock
+_CLOCK_SLACK_S = 60.0
+
+
+def _attach_server(run: Run, records_path: Path) -> None:
+    """Load ``X.server_metrics.jsonl`` next to the records, onto the records' clock.
+
+    Records and series are both ``perf_counter`` seconds of the process that wrote them; ``llmload bench``
+    writes both from one process, so ``t`` is taken as written, like the records' times. A result JSON that
+    carries its records' ``clock`` (``wall - perf_counter``) moves the series by the difference to the file's
+    own ``clock``. An unreadable file or a series on another clock is a note, never an error: the client's
+    report stands without it."""
+    from llmload.servermetrics.store import read_series, series_path_for
+
+    series_path = series_path_for(records_path)
+    if not series_path.exists():
+        return
+    clock = run.summary.get("clock")
+    offset = float(clock) if isinstance(clock, int | float) and not isinstance(clock, bool) else None
+    try:
+        snapshots = read_series(series_path, offset)
+    except DatasetError as exc:
+        run.notes.append(f"server metrics not shown: {exc}")
+        return
+    starts = [r.start for r in run.records]
+    ends = [r.end if r.end is not None else r.start for r in run.records]
+    lo, hi = min(starts) - _CLOCK_SLACK_S, max(ends) + _CLOCK_SLACK_S
+    if snapshots and not any(lo <= s.t <= hi for s in snapshots):
+        run.notes.append(f"server metrics not shown: {series_path.name} has no scrape during the records' "
+                         "time span (written on another clock?)")
+        return
+    run.server = sorted(snapshots, key=lambda s: s.t)
 
 
 def _list(data: dict[str, Any], key: str, n: int, path: Path, default: Any) -> list:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from llmload.metrics import (
 )
 from llmload.records import RequestRecord
 from llmload.report.loader import Run
+
+if TYPE_CHECKING:
+    from llmload.report.server import ServerSeries
 
 
 @dataclass
@@ -120,6 +123,20 @@ class RunStats:
     @cached_property
     def failed(self) -> list[RequestRecord]:
         return [r for r in self.run.records if not r.success and not r.cut_off]
+
+    @cached_property
+    def server(self) -> ServerSeries | None:
+        """The server's scraped series on the report's time axis (None without a series file)."""
+        from llmload.report.server import server_series
+
+        return server_series(self)
+
+    @cached_property
+    def server_summary(self) -> dict[str, Any] | None:
+        """The server's summary: the result JSON's ``server_metrics``, else computed from the series."""
+        from llmload.report.server import server_summary
+
+        return server_summary(self)
 
     def goodput_value(self) -> float | None:
         """Recomputed goodput (req/s) when SLOs are known, else the run's stored value."""

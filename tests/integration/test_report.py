@@ -124,8 +124,9 @@ def test_report_on_a_bench_run(runs, tmp_path):
     assert "TPOT excl. 1st ITL mean (ms)" in proc.stdout
     assert "first-ITL stall" in proc.stdout
     pngs = sorted(out.glob("*.png"))
+    # bench scraped the simulator's /metrics: "Server and client over time" too
     assert {p.stem for p in pngs} == {"ttft", "tpot", "itl", "e2el", "timeline", "throughput", "lengths",
-                                      "errors"}
+                                      "errors", "server"}
     for p in pngs:
         check_png(p)
     html = check_html(out / "report.html", expect_images=len(pngs))
@@ -213,10 +214,10 @@ def test_compare_with_baseline(runs, tmp_path):
     assert "[nostall] first-ITL stall" not in proc.stdout
     assert "stall vs nostall: the TPOT gap is the first ITL" in proc.stdout or "TPOT excl. 1st ITL" in proc.stdout
     pngs = sorted(tmp_path.glob("*.png"))
-    assert len(pngs) == 8  # figures over time show the two runs with timestamps
+    assert len(pngs) == 9  # figures over time show the two runs with timestamps; the server's queues overlaid
     for p in pngs:
         check_png(p)
-    html = check_html(tmp_path / "compare.html", expect_images=8)
+    html = check_html(tmp_path / "compare.html", expect_images=9)
     assert "old-vllm" in html and "(baseline)" in html
     md = (tmp_path / "compare.md").read_text()
     assert "| Metric | stall | nostall (baseline) | old-vllm |" in md
@@ -348,5 +349,5 @@ def test_compare_reads_a_real_vllm_result(runs, tmp_path):
     ours = float(rows["mean_ttft_ms"]["ours"])
     base = float(rows["mean_ttft_ms"]["vllm"])
     assert float(rows["mean_ttft_ms"]["ours vs vllm"]) == pytest.approx((ours - base) / base)
-    # the figures over time need timestamps: only our run has them
-    assert len(sorted(tmp_path.glob("*.png"))) == 8
+    # the figures over time need timestamps (and the server's queues its series): only our run has them
+    assert len(sorted(tmp_path.glob("*.png"))) == 9
