@@ -85,22 +85,9 @@ def _print_summary(args: argparse.Namespace, metrics: Any, outcome: Outcome, hea
 
 def _print_observed(observed: Any) -> None:
     """The server's metrics block and the saturation verdict (docs/observability.md)."""
-    if observed is None:
-        return
-    if observed.server is not None:
-        from llmload.servermetrics.summarize import format_block
-
-        block = format_block(observed.server)
-        if block:
-            print(block)
-    verdict = observed.saturation
-    if verdict is not None and verdict.saturated:
-        what = "requests in flight" if verdict.signal == "in_flight" else "the server's waiting queue"
-        print(f"WARNING: THE SERVER WAS SATURATED from {verdict.since_s:.0f} s on: {what} grew by "
-              f"{verdict.growth:.0f} while throughput stayed at {verdict.throughput_rps:.2f} req/s; latencies after "
-              "that measure the queue")
-        if observed.stopped_on_saturation:
-            print(f"{'Stopped on saturation:':<40} {'yes':<10}")
+    text = observed.summary_text() if observed is not None else ""
+    if text:
+        print(text)
 
 
 def _save_series(observed: Any, rec_path: Path) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
+from urllib.parse import urlsplit
 
 import gevent
 from gevent.event import Event
@@ -33,6 +34,25 @@ class Observed:
     stopped_on_saturation: bool = False
     scrape_url: str = ""
 
+    def summary_text(self) -> str:
+        """The summary's Server metrics block and the saturation verdict ('' when there is neither)."""
+        lines = []
+        if self.server is not None:
+            from llmload.servermetrics.summarize import format_block
+
+            block = format_block(self.server)
+            if block:
+                lines.append(block)
+        verdict = self.saturation
+        if verdict is not None and verdict.saturated:
+            what = "requests in flight" if verdict.signal == "in_flight" else "the server's waiting queue"
+            lines.append(f"WARNING: THE SERVER WAS SATURATED from {verdict.since_s:.0f} s on: {what} grew by "
+                         f"{verdict.growth:.0f} while throughput stayed at {verdict.throughput_rps:.2f} req/s; "
+                         "latencies after that measure the queue")
+            if self.stopped_on_saturation:
+                lines.append(f"{'Stopped on saturation:':<40} {'yes':<10}")
+        return "\n".join(lines)
+
     def result_keys(self) -> dict[str, Any]:
         """llmload's own result JSON keys: ``server_metrics`` (when scraped) and ``saturation`` (open loop)."""
         out: dict[str, Any] = {}
@@ -41,6 +61,36 @@ class Observed:
         if self.saturation is not None:
             out["saturation"] = {**self.saturation.to_dict(), "stopped_run": self.stopped_on_saturation}
         return out
+
+
+def same_origin(a: str, b: str) -> bool:
+    """Whether two URLs name the same scheme, host and port: only then does the API key go along."""
+    pa, pb = urlsplit(a), urlsplit(b)
+    return (pa.scheme, pa.hostname, pa.port) == (pb.scheme, pb.hostname, pb.port)
+
+
+def server_scraper(options: Any, base_url: str, api_key: str | None, say: Callable[[str], None]) -> Any | None:
+    """A :class:`~llmload.servermetrics.Scraper` for the run, or None: off (``--no-server-metrics``), or the
+    endpoint does not answer with metrics (a warning when it was named with ``--server-metrics-url``; the default
+    ``<base-url>/metrics`` is tried quietly). Never fatal."""
+    if getattr(options, "no_server_metrics", False) or not base_url:
+        return None
+    from llmload.servermetrics import Scraper, metrics_url, probe
+    from llmload.urls import redact_url
+
+    named = getattr(options, "server_metrics_url", "") or ""
+    url = named or metrics_url(base_url)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key and same_origin(url, base_url) else None
+    interval = float(getattr(options, "server_metrics_interval", 1.0) or 1.0)
+    answer = probe(url, timeout=min(5.0, max(1.0, 2 * interval)), headers=headers)
+    if answer is not True:
+        if named:
+            say(f"warning: --server-metrics-url {redact_url(url)}: {answer}; the run goes on without server metrics")
+        else:
+            say(f"No server metrics at {redact_url(url)} ({answer}); --server-metrics-url names another endpoint")
+        return None
+    say(f"Scraping the server's metrics at {redact_url(url)} every {interval:g} s")
+    return Scraper(url, interval, headers=headers)
 
 
 class RunObserver:
@@ -61,6 +111,8 @@ class RunObserver:
         self.reported: Verdict | None = None
         self.stopped_on_saturation = False
         self._greenlet: gevent.Greenlet | None = None
+        #: the way in's greenlet that ends the run when ``stop`` is set (``locust -f``), if it has one
+        self.ender: gevent.Greenlet | None = None
 
     def on_record(self, _record: Any) -> None:
         self.completed += 1

@@ -62,10 +62,15 @@ def print_summary(run: Any) -> None:
             by_worker[r.worker] = by_worker.get(r.worker, 0) + 1
         lines += [f"{'Records from ' + w + ':':<40} {n:<10}" for w, n in sorted(by_worker.items())]
         lines.append(f"{'Lost with dead workers:':<40} {acc['lost']:<10}")
+    observed = getattr(run, "observed", None)
+    if observed is not None and (text := observed.summary_text()):
+        lines.append(text)
     print("\n".join(lines), file=sys.stderr, flush=True)
     path = getattr(opts, "llm_records", "")
     if path:
         from llmload.bench.results import write_records
+        from llmload.plugin.observing import save_series
 
         write_records(Path(path), records)
         print(f"llmload: wrote {len(records)} request records to {path}", file=sys.stderr, flush=True)
+        save_series(observed, path)

@@ -38,6 +38,7 @@ from llmload.core.sink import BatchShipper, RecordList
 from llmload.core.state import RunState
 from llmload.errors import LLMLoadError
 from llmload.plugin.cluster import ClusterRole
+from llmload.plugin.observing import finish_observer, start_observer
 
 #: a rate change applies this far in the schedule's future, so every worker hears of it first
 STEER_LEAD_S = 0.5
@@ -83,6 +84,9 @@ class LocustRun(ClusterRole, RunState):
         self.tab: Any = None
         #: --prometheus-port's live metrics (master or local runner; llmload.exporter.wiring.locust_exporter)
         self.exporter: Any = None
+        #: the server's metrics and the saturation test during a test, and what they saw in the last one
+        self.observer: Any = None
+        self.observed: Any = None
 
     # -- what the run sends --------------------------------------------------------------------------------
 
@@ -153,10 +157,12 @@ class LocustRun(ClusterRole, RunState):
                 self._finished_workers.clear()
                 self.prepare()  # the web UI's start form may have changed the options
                 self._send_plans()
+                self.observer = start_observer(self)
             elif self.role == "local":
                 self.records.clear()
                 self.prepare()
                 self._begin(self._local_plan())
+                self.observer = start_observer(self)
             else:
                 from llmload.plugin.setup import configure_classes, conversation_settings
 
@@ -174,6 +180,9 @@ class LocustRun(ClusterRole, RunState):
             self._await_final_batches()
 
     def on_test_stop(self) -> None:
+        if self.role != "worker" and self.observer is not None:
+            self.observed = finish_observer(self, self.observer)
+            self.observer = None
         if self.role == "master":
             return
         if self.dispatcher is not None:

@@ -97,3 +97,21 @@ def test_no_metrics_endpoint_or_a_broken_one_never_fails_the_run(child_runner, s
                              timeout=120)
     assert off.returncode == 0 and "server_metrics" not in off.result()
     assert not series_path_for(off.records_path()).exists()
+
+
+def test_locust_headless_scrapes_and_stops_on_saturation(child_runner, start_sim, tmp_path):
+    sim = start_sim(*CAPACITY_SIM)
+    records = tmp_path / "records.jsonl"
+    run = child_runner.locust("-f", "locustfiles/sharegpt.py", "--headless", "--host", sim.url, "--tokenizer",
+                              "builtin", "--dataset-name", "random", "--random-input-len", "64",
+                              "--random-output-len", "32", "--ignore-eos", "--arrival", "open", "--request-rate",
+                              str(2 * CAPACITY_RPS), "--num-prompts", "300", "--saturation-window", "3",
+                              "--stop-on-saturation", "-t", "120s", "--stop-timeout", "2", "--llm-records",
+                              str(records), timeout=180)
+    assert run.returncode == 0, run.describe()
+    assert "Scraping the server's metrics" in run.stderr
+    assert "THE SERVER WAS SATURATED" in run.stderr and "Stopped on saturation" in run.stderr, run.describe()
+    kept = [json.loads(line) for line in records.read_text().splitlines() if line.strip()]
+    assert 0 < len(kept) < 300
+    snapshots = read_series(series_path_for(records))
+    assert snapshots and max(s.series.get("waiting", 0) for s in snapshots) > 0

@@ -1,0 +1,73 @@
+"""``locust -f``'s :class:`~llmload.core.observe.RunObserver` (master or local runner): the server's metrics
+scraped during each test, the saturation test in open loop, ``--stop-on-saturation`` ending the test, and the
+series file next to ``--llm-records`` (docs/observability.md)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import gevent
+from gevent.event import Event
+
+from llmload.core.observe import Observed, RunObserver, server_scraper
+from llmload.core.saturation import SaturationRule
+
+
+def _say(message: str) -> None:
+    sys.stderr.write(f"llmload: {message}\n")
+
+
+def start_observer(run: Any) -> RunObserver:
+    """Begin watching one test of ``run`` (a :class:`~llmload.plugin.run.LocustRun`)."""
+    from llmload.exporter.wiring import locust_in_flight
+    from llmload.options import api_key
+
+    opts = run.options
+    host = (run.environment.host or "").rstrip("/")
+    scraper = server_scraper(opts, host, api_key(opts), _say)
+    rule = SaturationRule(window_s=float(getattr(opts, "saturation_window", 5.0) or 5.0)) if run.open_loop else None
+    stop = Event()
+    observer = RunObserver(scraper, rule, lambda: locust_in_flight(run) or 0, stop,
+                           bool(getattr(opts, "stop_on_saturation", False)), _say)
+    run.records.listeners.append(observer.on_record)
+
+    def end_test() -> None:
+        stop.wait()
+        if run.headless:
+            run.runner.quit()
+        else:
+            run.runner.stop()
+
+    observer.ender = gevent.spawn(end_test)
+    observer.begin()
+    return observer
+
+
+def finish_observer(run: Any, observer: RunObserver | None) -> Observed | None:
+    """Stop watching: what was seen in the test that just ended."""
+    if observer is None:
+        return None
+    if observer.on_record in run.records.listeners:
+        run.records.listeners.remove(observer.on_record)
+    ender = getattr(observer, "ender", None)
+    if ender is not None and gevent.getcurrent() is not ender:
+        ender.kill(block=False)
+    return observer.finish()
+
+
+def save_series(observed: Observed | None, records_path: str) -> None:
+    """The scraped series next to ``--llm-records`` (``X.server_metrics.jsonl``), on the records' clock."""
+    if observed is None or not observed.snapshots or not records_path:
+        return
+    from llmload.core.messages import clock_offset
+    from llmload.servermetrics.store import series_path_for, write_series
+
+    path = series_path_for(Path(records_path))
+    try:
+        write_series(path, observed.snapshots, clock_offset())
+    except OSError as exc:
+        _say(f"error: cannot write the server's metrics to {path}: {exc.strerror or exc}")
+        return
+    _say(f"wrote the server's metrics ({len(observed.snapshots)} scrapes) to {path}")
