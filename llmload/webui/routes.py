@@ -3,7 +3,8 @@
 
     GET  /llm/                the tab as a page of its own
     GET  /llm/static/<name>   tab.js, tab.css
-    GET  /llm/stats           live numbers as JSON (``?window=S``, ``?series=0``, ``?slo_ttft=MS``...)
+    GET  /llm/stats           live numbers as JSON (``?window=S``, ``?series=0``, ``?slo_ttft=MS``...), the server's
+                              scraped series under ``server`` (:mod:`llmload.webui.server_series`)
     POST /llm/rate            ``{"request_rate": R}``: open-loop rate for the whole test, master and workers
     POST /llm/slo             ``{"ttft": MS, "tpot": MS, "e2el": MS}``: goodput SLOs (empty: none)
     GET  /llm/records.jsonl   this test's request records, one JSON object a line

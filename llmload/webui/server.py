@@ -12,6 +12,7 @@ from time import perf_counter
 from typing import Any
 
 from llmload.webui.live import LATENCIES, LiveStats
+from llmload.webui.server_series import server_payload
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +85,8 @@ class LLMTab:
             "window": window,
             "run": run,
             "errors": dict(self.stats.errors),
+            "server": server_payload(getattr(self.environment, "llmload", None), self.stats.test_start,
+                                     series=series),
         }
         if series:
             points = list(self.stats.series)

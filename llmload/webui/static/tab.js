@@ -7,6 +7,7 @@
   var panel = null;
   var timer = null;
   var seriesCache = [];
+  var serverSeries = [];  // the server's scraped gauges: [{t, running, waiting, kv}], the last minutes
   var windowS = 10;
   var lastFacts = null;
 
@@ -71,6 +72,16 @@
     controls.appendChild(el("span", {}, [el("label", {"for": "llm-window", text: "Window "}), win]));
     p.appendChild(controls);
     p.appendChild(el("div", {"class": "llm-note", id: "llm-steer-note"}));
+
+    // the server's own /metrics, scraped by the run (server key of /llm/stats); hidden when nothing is scraped
+    p.appendChild(el("div", {id: "llm-server", style: "display:none"}, [
+      el("h3", {text: "Server (its /metrics)"}),
+      el("div", {"class": "llm-banner", id: "llm-server-saturated", style: "display:none"}),
+      el("div", {"class": "llm-row"}, [card("llm-server-running", "Running"), card("llm-server-waiting", "Waiting"),
+                                       card("llm-server-kv", "KV cache (%)"), card("llm-server-scrapes", "Scrapes"),
+                                       card("llm-server-failures", "Scrape failures")]),
+      el("div", {"class": "llm-note", id: "llm-server-note"}),
+      el("div", {"class": "llm-charts"}, [el("canvas", {id: "llm-chart-server"})])]));
 
     p.appendChild(el("h3", {text: "Latency (ms)"}));
     var head = el("tr", {}, [el("th", {text: "metric"})]);
@@ -185,6 +196,7 @@
       eb.appendChild(el("tr", {}, [el("td", {text: k}), el("td", {text: String(d.errors[k])})]));
     });
     renderTurns(r.turns);
+    renderServer(d.server);
     var rateInput = document.getElementById("llm-rate-input");
     if (document.activeElement !== rateInput) rateInput.value = d.request_rate;
     document.getElementById("llm-steer-note").textContent = d.arrival === "open"
@@ -224,12 +236,34 @@
     });
   }
 
+  function renderServer(s) {
+    var box = document.getElementById("llm-server");
+    box.style.display = s ? "" : "none";
+    if (!s) { serverSeries = []; return; }
+    var latest = s.latest || {}, kv = latest.kv_cache_usage;
+    put("llm-server-running", latest.running, 0); put("llm-server-waiting", latest.waiting, 0);
+    put("llm-server-kv", typeof kv === "number" ? kv * 100 : null, 1); put("llm-server-scrapes", s.scrapes, 0);
+    var failures = s.failures || {}, kinds = Object.keys(failures);
+    put("llm-server-failures", kinds.reduce(function (n, k) { return n + failures[k]; }, 0), 0);
+    document.getElementById("llm-server-note").textContent = (s.engine || "unknown engine") + " at " + s.url +
+      (s.latest_age_s === null || s.latest_age_s === undefined ? "" : "; latest scrape " + fmt(s.latest_age_s, 1) + " s ago") +
+      (kinds.length ? "; failures: " + kinds.map(function (k) { return k + " " + failures[k]; }).join(", ") : "");
+    var banner = document.getElementById("llm-server-saturated"), sat = s.saturated;
+    banner.style.display = sat ? "" : "none";
+    banner.textContent = sat ? "Server saturated since " + fmt(sat.since_s, 0) + " s (" +
+      (sat.signal === "waiting" ? "its waiting queue" : "requests in flight") +
+      " kept growing while throughput stayed flat): later latencies measure the queue" : "";
+    if (s.series) serverSeries = s.series.map(function (p) { return {t: p[0], running: p[1], waiting: p[2], kv: p[3]}; });
+  }
+
   function draw() {
     chart("llm-chart-tokens", "Output tokens/s", [["output_tokens_per_s", "tokens/s", "#4caf50"]]);
     chart("llm-chart-ttft", "TTFT (ms)", [["ttft_p50", "p50", "#2196f3"], ["ttft_p99", "p99", "#ff9800"]]);
     chart("llm-chart-tpot", "TPOT (ms)", [["tpot_p50", "p50", "#2196f3"], ["tpot_p99", "p99", "#ff9800"]]);
     chart("llm-chart-load", "Load", [["users", "users", "#9c27b0"], ["in_flight", "in flight", "#00bcd4"],
                                      ["requests_per_s", "req/s", "#e91e63"]]);
+    chart("llm-chart-server", "Server queue", [["running", "running", "#4caf50"], ["waiting", "waiting", "#f44336"]],
+          serverSeries);
   }
 
   function niceMax(v) {
@@ -240,7 +274,7 @@
     return 10 * p;
   }
 
-  function chart(id, title, lines) {
+  function chart(id, title, lines, points) {
     var c = document.getElementById(id);
     if (!c || !c.offsetWidth) return;
     var ratio = window.devicePixelRatio || 1, W = c.offsetWidth, H = c.offsetHeight;
@@ -252,7 +286,7 @@
     g.font = "12px Roboto, Helvetica, Arial, sans-serif";
     g.fillStyle = ink; g.globalAlpha = 0.9; g.fillText(title, 10, 16);
     var L = 52, R = 12, T = 26, B = 24, pw = W - L - R, ph = H - T - B;
-    var pts = seriesCache, ymax = 0;
+    var pts = points || seriesCache, ymax = 0;
     pts.forEach(function (pt) { lines.forEach(function (ln) { var v = pt[ln[0]]; if (v > ymax) ymax = v; }); });
     ymax = niceMax(ymax * 1.05);
     var t0 = pts.length ? pts[0].t : 0, t1 = pts.length ? pts[pts.length - 1].t : 1;
