@@ -37,7 +37,8 @@ def _on_init(environment: Any, **_: Any) -> None:
 
     if environment.web_ui is None:
         if isinstance(runner, MasterRunner):
-            runner.register_message("llm_live", lambda msg, **_kw: None)  # headless: nobody shows it
+            # headless: no tab, but the saturation test and --prometheus-port read the workers' in-flight counts
+            _keep_worker_live(runner, run)
         return
     import gevent
 
@@ -52,6 +53,19 @@ def _on_init(environment: Any, **_: Any) -> None:
         runner.register_message("llm_live", live)
     register_routes(tab, environment.web_ui)
     gevent.spawn(tab.sample_forever)
+
+
+def _keep_worker_live(runner: Any, run: Any) -> None:
+    """A headless master keeps each worker's last ``llm_live`` report on the run (``run.worker_live``)."""
+    from time import perf_counter
+
+    live: dict[str, tuple[int, float]] = {}
+    run.worker_live = live
+
+    def keep(msg: Any, **_kw: Any) -> None:
+        live[msg.node_id] = (int((msg.data or {}).get("in_flight", 0)), perf_counter())
+
+    runner.register_message("llm_live", keep)
 
 
 def _on_test_start(environment: Any, **_: Any) -> None:
