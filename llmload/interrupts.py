@@ -86,6 +86,12 @@ class RunInterrupts:
         if self.interrupted:  # arrived between the last start-up check and now
             self.stop.set()
 
+    def raise_if_interrupted(self) -> None:
+        """Start-up: a signal whose :class:`Interrupted` was swallowed (raised inside a callback Python ignores
+        exceptions from, such as an at-fork hook while the simulator starts) still abandons the start-up."""
+        if self.phase == START_UP and self.signum is not None:
+            raise Interrupted(self.signum)
+
     def start_report(self) -> None:
         self.phase = REPORT
 

@@ -163,7 +163,9 @@ def execute(plan: RunPlan, target: Target, workload: Workload, user: Any, env: A
     from llmload.summary import format_run_header
 
     args = plan.args
+    interrupts.raise_if_interrupted()
     master = stack.enter_context(DistributedSetup(args, env, plan.cluster_token)) if plan.distributed else None
+    interrupts.raise_if_interrupted()
     log("Starting main benchmark run..." if args.no_initial_test else
         "Initial test run completed. Starting main benchmark run...")
     print(format_run_header(args.request_rate, args.burstiness, args.max_concurrency,
@@ -177,6 +179,7 @@ def execute(plan: RunPlan, target: Target, workload: Workload, user: Any, env: A
     progress = Progress(request_count(workload.schedule))
     on_record = live.chain(lambda record: (observer.on_record(record), progress.on_record(record)))
     health = HealthMonitor(reactor=user._pool.reactor)
+    interrupts.raise_if_interrupted()
     interrupts.start_run(args.stop_timeout)
     if not args.disable_tqdm:
         progress.start()
