@@ -16,6 +16,7 @@ from llmload import __version__
 #: command name -> one-line help; the module is ``llmload.commands.<name>``.
 COMMANDS: dict[str, str] = {
     "bench": "benchmark a server headlessly (a drop-in for vLLM's benchmark_serving.py; the simulator by default)",
+    "sweep": "run a workload at a series of loads; find the highest rate or concurrency that meets an SLO",
     "sim": "run the simulated OpenAI-compatible LLM engine (the default benchmark target)",
     "report": "report on one run: HTML with figures, headline table, automatic findings",
     "compare": "compare runs side by side: overlaid figures, table with relative differences, findings",

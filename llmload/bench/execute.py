@@ -154,18 +154,24 @@ def quiet_gc() -> Iterator[None]:
         gc.unfreeze()
 
 
+def open_master(plan: RunPlan, env: Any, interrupts: Any, stack: ExitStack) -> DistributedSetup | None:
+    """A distributed run's master with its workers connected (stopped when ``stack`` closes); None when the
+    run is local."""
+    interrupts.raise_if_interrupted()
+    master = stack.enter_context(DistributedSetup(plan.args, env, plan.cluster_token)) if plan.distributed else None
+    interrupts.raise_if_interrupted()
+    return master
+
+
 def execute(plan: RunPlan, target: Target, workload: Workload, user: Any, env: Any, interrupts: Any,
-            stack: ExitStack) -> tuple[Outcome, dict[str, Any]]:
-    """Run the schedule (workers start first when distributed) and return the outcome and client health."""
+            stack: ExitStack, master: DistributedSetup | None) -> tuple[Outcome, dict[str, Any]]:
+    """Run the schedule (on ``master``'s workers when distributed) and return the outcome and client health."""
     from llmload.bench.health import HealthMonitor
     from llmload.bench.progress import Progress
     from llmload.bench.setup import run_config
     from llmload.summary import format_run_header
 
     args = plan.args
-    interrupts.raise_if_interrupted()
-    master = stack.enter_context(DistributedSetup(args, env, plan.cluster_token)) if plan.distributed else None
-    interrupts.raise_if_interrupted()
     log("Starting main benchmark run..." if args.no_initial_test else
         "Initial test run completed. Starting main benchmark run...")
     print(format_run_header(args.request_rate, args.burstiness, args.max_concurrency,

@@ -31,11 +31,27 @@ class Finished:
     health: dict[str, Any]
 
 
+@dataclass(frozen=True)
+class Concluded:
+    """A finished run's numbers and where they went: what a sweep reads back of each point."""
+
+    exit_code: int
+    metrics: Any
+    #: the result JSON's content (also when nothing was saved)
+    result: dict[str, Any]
+    result_path: Path | None
+    records_path: Path | None
+
+
 def report(run: Finished) -> int:
     """Print the summary, write the result JSON and records, and choose the exit code (docs/reliability.md)."""
+    return conclude(run).exit_code
+
+
+def conclude(run: Finished) -> Concluded:
+    """:func:`report`, returning the metrics, the result and the files written with the exit code."""
     from llmload.bench.health import judge
     from llmload.core.outcome import finish_records
-    from llmload.interrupts import exit_code, signal_name
     from llmload.metrics import compute_metrics
 
     plan, outcome, args = run.plan, run.outcome, run.plan.args
@@ -45,13 +61,19 @@ def report(run: Finished) -> int:
                               selected_percentiles=plan.percentiles, selected_metrics=plan.selected,
                               ttft_rule=args.ttft_rule, schedule_lags_s=outcome.schedule_lags_s)
     health_report = judge(run.health, metrics.itl.median_ms)
-    interrupted = outcome.interrupted_by is not None
     _print_summary(args, metrics, outcome, health_report)
-
+    data = result_data(run, metrics, records, health_report)
+    paths: tuple[Path | None, Path | None] = (None, None)
     wrote = True
     if plan.save:
-        wrote = _save(run, metrics, records, health_report)
-    if interrupted:
+        wrote, paths = _save(run, data, records)
+    return Concluded(_exit_code(args, metrics, outcome, wrote), metrics, data, *paths)
+
+
+def _exit_code(args: argparse.Namespace, metrics: Any, outcome: Outcome, wrote: bool) -> int:
+    from llmload.interrupts import exit_code, signal_name
+
+    if outcome.interrupted_by is not None:
         log(f"Interrupted by {signal_name(outcome.interrupted_by)}: the result above is partial")
         return exit_code(outcome.interrupted_by)
     if not metrics.completed:
@@ -104,22 +126,18 @@ def _save_series(observed: Any, rec_path: Path) -> None:
         log(f"error: cannot write the server's metrics to {path}: {exc.strerror or exc}")
 
 
-def _save(run: Finished, metrics: Any, records: list, health_report: dict[str, Any]) -> bool:
-    """Write the result JSON, then the records; a failure of one is one line on stderr and never stops the
-    other. Returns whether both were written."""
-    from llmload.bench.results import default_filename, records_path, write_json, write_records
+def result_data(run: Finished, metrics: Any, records: list, health_report: dict[str, Any]) -> dict[str, Any]:
+    """The result JSON's content: vLLM's keys and meanings, then llmload's own (docs/metrics.md)."""
     from llmload.interrupts import signal_name
     from llmload.metrics import detailed_lists
 
     plan, outcome, args = run.plan, run.outcome, run.plan.args
-    model = run.target.model
-    now = datetime.now()
     data: dict[str, Any] = {
-        "date": now.strftime("%Y%m%d-%H%M%S"),
+        "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
         "backend": args.backend,
         "endpoint_type": args.backend,
         "label": args.label,
-        "model_id": model,
+        "model_id": run.target.model,
         "tokenizer_id": run.target.tokenizer_id,
         "num_prompts": len(run.workload.schedule),
         "dataset_name": args.dataset_name,
@@ -141,8 +159,19 @@ def _save(run: Finished, metrics: Any, records: list, health_report: dict[str, A
         data["lost_with_workers"] = outcome.lost
     if args.save_detailed:
         data.update(detailed_lists(records, metrics))
+    return data
+
+
+def _save(run: Finished, data: dict[str, Any], records: list) -> tuple[bool, tuple[Path | None, Path | None]]:
+    """Write the result JSON, then the records; a failure of one is one line on stderr and never stops the
+    other. Returns whether both were written, and the paths that were."""
+    from llmload.bench.results import default_filename, records_path, write_json, write_records
+
+    args = run.plan.args
     label = args.label or args.backend
-    filename = args.result_filename or default_filename(label, args.request_rate, args.max_concurrency, model, now)
+    filename = args.result_filename or default_filename(label, args.request_rate, args.max_concurrency,
+                                                        run.target.model,
+                                                        datetime.strptime(data["date"], "%Y%m%d-%H%M%S"))
     path = Path(args.result_dir) / filename
     rec_path = records_path(path, args.records_format)
     ok = True
@@ -156,11 +185,11 @@ def _save(run: Finished, metrics: Any, records: list, health_report: dict[str, A
     except OSError as exc:
         log(f"error: cannot write every record to {rec_path}: {exc.strerror or exc} (the lines written are "
              "complete records)")
-        return False
-    _save_series(outcome.observed, rec_path)
+        return False, (path if ok else None, None)
+    _save_series(run.outcome.observed, rec_path)
     if ok:
         log(f"Saved result to {path} and {len(records)} request records to {rec_path}")
-    return ok
+    return ok, (path if ok else None, rec_path)
 
 
 def _threshold_exit(args: argparse.Namespace, metrics: Any) -> int:

@@ -128,6 +128,21 @@ class RunPlan:
                               "pile requests up")
         self.prometheus = prometheus_endpoint(args)
 
+    def with_changes(self, **changes: Any) -> RunPlan:
+        """This plan with some flags changed (a sweep's point: another rate, concurrency or file name). What
+        was validated and bound once (the result dir, the cluster token, the Prometheus port) is kept; the
+        arrivals are checked again and the schedule spec rebuilt."""
+        from llmload.arrivals import validate_arrivals
+
+        args = argparse.Namespace(**{**vars(self.args), **changes})
+        validate_arrivals(args.request_rate, args.burstiness, args.ramp_up_strategy, args.ramp_up_start_rps,
+                          args.ramp_up_end_rps)
+        derived = object.__new__(RunPlan)
+        derived.__dict__.update(self.__dict__)
+        derived.__dict__.update(args=args, spec=schedule_spec(args), metadata=dict(self.metadata),
+                                save=bool(args.save_result or args.save_detailed))
+        return derived
+
     def __setattr__(self, name: str, value: object) -> None:
         if getattr(self, "_frozen", False):
             raise AttributeError(f"a RunPlan is frozen once validated (tried to set {name})")

@@ -96,9 +96,10 @@ def _bench(plan: RunPlan, interrupts: Any) -> int:
         env = environment(make_user_class(run_config(plan, target)))
         user = env.user_classes[0](env)
         _probe(plan, user, workload, target)
-        from llmload.bench.execute import execute
+        from llmload.bench.execute import execute, open_master
 
-        outcome, health = execute(plan, target, workload, user, env, interrupts, stack)
+        master = open_master(plan, env, interrupts, stack)
+        outcome, health = execute(plan, target, workload, user, env, interrupts, stack, master)
     return report(Finished(plan, target, workload, outcome, health))
 
 

@@ -63,8 +63,8 @@ def start_target(plan: RunPlan, stack: ExitStack) -> Target:
     return Target(base_url, model, tokenizer_id, plan.use_sim, simulator or plan.use_sim)
 
 
-def load_workload(plan: RunPlan, target: Target) -> Workload:
-    """Tokenizer, samples and the run's schedule."""
+def load_workload(plan: RunPlan, target: Target, extra: int = 0) -> Workload:
+    """Tokenizer, samples and the run's schedule; ``extra`` more samples first (a sweep's warm-up)."""
     from llmload._compat import import_transformers
     from llmload.core.schedule import Schedule
     from llmload.core.workload import dataset_options
@@ -75,6 +75,8 @@ def load_workload(plan: RunPlan, target: Target) -> Workload:
     num_prompts = plan.num_prompts
     if target.simulator and args.num_prompts is None and args.dataset_name != "trace":
         num_prompts = SIM_PROMPTS  # a running llmload sim: the same default as the built-in one
+    if num_prompts and extra:
+        num_prompts += extra
     log(f"Loading tokenizer {target.tokenizer_id!r} and {num_prompts or 'all'} prompts from the "
         f"{args.dataset_name} dataset")
     import_transformers()

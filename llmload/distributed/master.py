@@ -193,6 +193,8 @@ class BenchMaster:
         users over its requests."""
         n = len(client_ids)
         shares = split_concurrency(max_concurrency, n)
+        # a master runs one job after another (a sweep's points): nothing of the last one carries over
+        self.records, self.reassigned, self.workers = {}, set(), {}
         job = _Job(run_config, schedule, perf_counter() + START_LEAD_S, time.time() + START_LEAD_S, stop_timeout,
                    think)
         self._index_of = schedule.index_of()

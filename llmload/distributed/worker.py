@@ -80,6 +80,11 @@ class BenchWorker:
 
     def _on_job(self, msg: Any, **_: Any) -> None:
         self._last_tick = perf_counter()
+        if not self._jobs and not self.leaving:
+            # a worker runs one job after another (a sweep's points): the last job's stop and revocations
+            # (its indices) do not apply to this one
+            self.control = StopControl()
+            self.revoked = set()
         self._jobs.append(gevent.spawn(self._run_job, msg.data))
         if self._flusher is None:
             self._flusher = gevent.spawn(self._flush_loop)
@@ -127,6 +132,7 @@ class BenchWorker:
             self.shipper.flush()
             self.runner.send_message("llm_done", {"records": self.shipper.shipped, "leaving": self.leaving,
                                                   "health": health.report(tally.schedule_lags_s)})
+        user._pool.close()  # this job's connections: the next job builds its own user
 
     def _dispatch(self, job: dict[str, Any], requests: list[Scheduled], user: Any, start_at: float) -> Tally:
         """The job's loop: its share of the open-loop schedule, or closed-loop users over its requests."""

@@ -1,0 +1,193 @@
+"""``llmload sweep``: set up once (target, workload, initial test, workers), run the points, write
+``sweep.json`` and the figures, print the table and the answer (docs/sweep.md has the exit codes)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from contextlib import ExitStack
+from datetime import datetime
+from typing import Any
+
+from llmload.bench.console import log
+from llmload.sweep.plan import SweepPlan, build_sweep_plan
+from llmload.sweep.search import Answer
+
+#: exit code when an SLO was given and no load met it
+NO_LOAD_MET = 3
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    # Locust monkey-patches the standard library with gevent on import: before anything else runs
+    import locust  # noqa: F401
+
+    from llmload.interrupts import Interrupted, RunInterrupts
+
+    sweep = build_sweep_plan(args)
+    with RunInterrupts(log) as interrupts:
+        try:
+            return _sweep(sweep, interrupts)
+        except Interrupted as exc:
+            log(f"{exc}: stopped during start-up, before the first point; nothing was measured")
+            return exc.exit_code
+
+
+def _sweep(sweep: SweepPlan, interrupts: Any) -> int:
+    from llmload.bench.execute import open_master
+    from llmload.bench.run import _probe
+    from llmload.bench.setup import environment, load_workload, make_user_class, run_config, start_target
+    from llmload.sweep.drivers import run_points
+    from llmload.sweep.point import Session
+
+    plan = sweep.run
+    with ExitStack() as stack:
+        target = start_target(plan, stack)
+        workload = load_workload(plan, target, extra=sweep.warmup)
+        env = environment(make_user_class(run_config(plan, target)))
+        user = env.user_classes[0](env)
+        _probe(plan, user, workload, target)
+        master = open_master(plan, env, interrupts, stack)
+        session = Session(sweep, target, workload, user, env, master, interrupts, stack)
+        answer: Answer | None = None
+        try:
+            answer = run_points(session)
+        finally:
+            data = sweep_data(sweep, target, session.rows, answer, interrupted=session.interrupted)
+            _write(sweep, data)
+    print(format_table(data), flush=True)
+    return _exit_code(sweep, data, interrupts)
+
+
+def sweep_data(sweep: SweepPlan, target: Any, rows: list[dict[str, Any]], answer: Answer | None, *,
+               interrupted: bool) -> dict[str, Any]:
+    """``sweep.json``'s content (keys: :mod:`llmload.sweep.table`)."""
+    from llmload.sweep.table import SWEEP_KIND, SWEEP_VERSION
+
+    args = sweep.run.args
+    ceiling = next((r["achieved_rate"] for r in rows if r["role"] == "ceiling"), None)
+    return {
+        "kind": SWEEP_KIND, "version": SWEEP_VERSION, "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
+        "label": args.label or (_sim_profile(args) if target.built_in_sim else None) or args.backend,
+        "backend": args.backend, "model_id": target.model, "base_url": target.shown,
+        "dataset_name": args.dataset_name, "num_prompts": sweep.run.num_prompts, "warmup": sweep.warmup,
+        "duration_per_point": sweep.duration,
+        "simulated": bool(target.simulator), "sim_profile": _sim_profile(args) if target.built_in_sim else None,
+        "mode": sweep.mode, "dimension": sweep.dimension, "slo": sweep.slo,
+        "goodput_target": sweep.goodput_target if sweep.slo else None,
+        "precision": str(sweep.precision) if sweep.searching else None,
+        "ceiling": ceiling, "answer": answer_dict(answer, rows, sweep), "interrupted": interrupted,
+        "points": rows,
+    }
+
+
+def answer_dict(answer: Answer | None, rows: list[dict[str, Any]], sweep: SweepPlan) -> dict[str, Any] | None:
+    """The answer with a one-line reason a reader can check against the rows."""
+    if answer is None:
+        return None
+    out = answer.to_dict()
+    by_index = {r["index"]: r for r in rows}
+    unit = "users" if sweep.dimension == "max_concurrency" else "req/s"
+    parts = []
+    if answer.lower_point is not None:
+        parts.append(f"met at {answer.lower:g} {unit} (goodput {_pct(by_index[answer.lower_point])})")
+    if answer.upper_point is not None:
+        why = {"client": "the client was the bottleneck", "saturation": "the server was saturated"}.get(
+            answer.limited_by or "", f"goodput {_pct(by_index[answer.upper_point])}")
+        parts.append(f"missed at {answer.upper:g} {unit} ({why})")
+    if answer.reason:
+        parts.append(answer.reason)
+    out["reason"] = "; ".join(parts)
+    return out
+
+
+def _pct(row: dict[str, Any]) -> str:
+    return "n/a" if row.get("goodput") is None else f"{row['goodput']:.1%}"
+
+
+def _sim_profile(args: argparse.Namespace) -> str:
+    import shlex
+
+    from llmload.sim.config import DEFAULT_PROFILE
+
+    words = shlex.split(args.sim_args or "")
+    for k, word in enumerate(words):
+        if word == "--profile" and k + 1 < len(words):
+            return words[k + 1]
+        if word.startswith("--profile="):
+            return word.split("=", 1)[1]
+    return DEFAULT_PROFILE
+
+
+def _write(sweep: SweepPlan, data: dict[str, Any]) -> None:
+    """sweep.json first (never lost to a figure's failure), then the figures."""
+    from llmload.sweep.table import write_sweep
+
+    path = sweep.output / "sweep.json"
+    try:
+        write_sweep(path, data)
+    except OSError as exc:
+        log(f"error: cannot write {path}: {exc.strerror or exc}")
+        return
+    log(f"Saved {path} ({len(data['points'])} points)")
+    if not sweep.figures or not data["points"]:
+        return
+    try:
+        from llmload.report.sweep_figures import write_sweep_figures
+
+        written = write_sweep_figures([(data["label"], data)], sweep.output)
+        log(f"Wrote {len(written)} figures in {sweep.output}")
+    except Exception as exc:  # a figure must never cost the sweep its results
+        log(f"warning: the sweep's figures were not written: {exc}")
+
+
+def format_table(data: dict[str, Any]) -> str:
+    """The points, one line each, and the answer."""
+    concurrency = data["dimension"] == "max_concurrency"
+    head = f"{'#':>3} {'role':<8} {'offered':>10} {'req/s':>8} {'out tok/s':>10} {'TTFT p50':>9} {'TTFT p99':>9} " \
+           f"{'TPOT p50':>9} {'E2E p50':>9} {'goodput':>8} {'failed':>6}  notes"
+    lines = ["=" * 20 + " Sweep Result " + "=" * 20, head]
+    for r in data["points"]:
+        offered = f"c={r['max_concurrency']}" if concurrency else str(r["request_rate"])
+        notes = ", ".join(n for n, on in (("client-limited", r["client_limited"]), ("saturated", r["saturated"]),
+                                          ("stopped early", r["stopped_on_saturation"])) if on)
+        lines.append(f"{r['index']:>3} {r['role']:<8} {offered:>10} {_f(r['achieved_rate'])} "
+                     f"{_f(r['output_throughput'], 10)} {_f(r['ttft_ms'].get('median'), 9)} "
+                     f"{_f(r['ttft_ms'].get('p99'), 9)} {_f(r['tpot_ms'].get('median'), 9)} "
+                     f"{_f(r['e2el_ms'].get('median'), 9)} {_pct(r) if data['slo'] else '-':>8} "
+                     f"{r['failed'] + r['cut_off']:>6}  {notes}")
+    lines.append(answer_line(data))
+    return "\n".join(line for line in lines if line)
+
+
+def answer_line(data: dict[str, Any]) -> str:
+    answer = data.get("answer")
+    if not answer:
+        return ""
+    slo = ", ".join(f"{k}<={v:g} ms" for k, v in (data["slo"] or {}).items() if not isinstance(v, dict))
+    what = "concurrency" if data["dimension"] == "max_concurrency" else "request rate"
+    sim = " [simulated]" if data.get("simulated") else ""
+    target = f"{slo} for >= {data['goodput_target']:.0%} of requests"
+    if answer["met"]:
+        return f"Highest {what} meeting {target}: {answer['value']:g}{sim} ({answer['reason']})"
+    return f"No {what} tried met {target}{sim} ({answer['reason']})"
+
+
+def _f(value: Any, width: int = 8) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return f"{'-':>{width}}"
+    return f"{value:>{width}.2f}"
+
+
+def _exit_code(sweep: SweepPlan, data: dict[str, Any], interrupts: Any) -> int:
+    from llmload.interrupts import exit_code
+
+    if interrupts.signum is not None:
+        log("Interrupted: sweep.json holds the points that finished")
+        return exit_code(interrupts.signum)
+    if not any(r["completed"] for r in data["points"]):
+        log("error: no request completed at any point")
+        return 1
+    answer = data.get("answer")
+    if sweep.slo and answer is not None and not answer["met"]:
+        return NO_LOAD_MET
+    return 0
