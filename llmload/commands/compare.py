@@ -8,9 +8,14 @@ figure.
 Each RUN is a result JSON written by 'llmload bench --save-result' (records file next to it) or by vLLM's
 benchmark_serving.py --save-detailed; both kinds can be mixed.
 
+Sweeps ('llmload sweep': each RUN a sweep.json or the directory holding it) compare the same way: each sweep's
+answer side by side (with its difference to the baseline's), the points of each, and the sweep figures
+overlaid. Sweeps and runs cannot be mixed.
+
 examples:
   llmload compare vllm.json sglang.json max.json --output cmp/
   llmload compare a.json b.json --labels before,after --baseline after --goodput ttft:500
+  llmload compare sweeps/vllm/ sweeps/sglang/ --labels vllm,sglang --output cmp/
 
 Prints the table and writes DIR/compare.html (self-contained), DIR/compare.md, DIR/compare.csv, DIR/*.png.
 """
@@ -23,7 +28,8 @@ from llmload import argtypes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("runs", nargs="+", metavar="RUN", help="result JSONs (llmload or vLLM --save-detailed)")
+    parser.add_argument("runs", nargs="+", metavar="RUN",
+                        help="result JSONs (llmload or vLLM --save-detailed), or sweeps (sweep.json or its directory)")
     parser.add_argument("--output", "-o", metavar="DIR", default="llmload-compare",
                         help="directory for the comparison (default: %(default)s)")
     parser.add_argument("--baseline", metavar="RUN",
@@ -38,15 +44,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from llmload.errors import ConfigError
     from llmload.report.build import build
+    from llmload.report.sweep import sweep_paths
 
     if len(args.runs) < 2:
         raise ConfigError("compare needs at least two RUNs (use 'llmload report RUN' for one)")
     labels = [x.strip() for x in args.labels.split(",")] if args.labels else None
     if labels is not None and len(labels) != len(args.runs):
         raise ConfigError(f"--labels: {len(labels)} names for {len(args.runs)} runs")
+    sweeps = sweep_paths(args.runs)
+    if sweeps is not None:
+        return _sweeps(args, sweeps, labels)
     out = build(args.runs, args.output, name="compare", title=args.title, labels=labels,
                 baseline=args.baseline, goodput=args.goodput, dpi=args.dpi)
     print(out.terminal_text())
     print(f"\nWrote {out.files[0]} (self-contained), {out.files[1].name}, {out.files[2].name} "
           f"and {len(out.files) - 3} figures in {out.files[0].parent}")
+    return 0
+
+
+def _sweeps(args: argparse.Namespace, files: list, labels: list[str] | None) -> int:
+    from llmload.errors import ConfigError
+    from llmload.report.sweep import GOODPUT_REJECTED, build_sweep
+
+    if args.goodput:
+        raise ConfigError(GOODPUT_REJECTED)
+    out = build_sweep(files, args.output, name="compare", title=args.title, labels=labels,
+                      baseline=args.baseline, dpi=args.dpi, paths=args.runs)
+    print(out.terminal_text())
+    print(f"\nWrote {out.files[0]} (self-contained), {out.files[1].name}, {out.files[2].name} "
+          f"and {len(out.files) - 4} figures in {out.files[0].parent}")
     return 0

@@ -11,11 +11,17 @@ usage on one time axis, the saturation onset marked), a "Server metrics" table a
 server's series: a first-ITL stall that is the engine admitting a new batch, saturation, preemptions or a full
 KV cache.
 
+RUN may also be a sweep ('llmload sweep': its sweep.json, or the directory holding it): the report is then the
+sweep's answer (the highest load that met the SLO, or why none did), one row per point (client-limited points
+marked: never taken as the answer) and latency, goodput and throughput versus the load.
+
 examples:
   llmload report results/vllm-inf-qps-Qwen3-8B-20250101-120000.json --output report/
   llmload report old-vllm-run.json --output report/ --goodput ttft:500 tpot:50
+  llmload report sweeps/qwen3-8b/ --output sweep-report/
 
-Writes DIR/report.html, DIR/report.md, DIR/report.csv and DIR/*.png.
+Writes DIR/report.html, DIR/report.md, DIR/report.csv and DIR/*.png; for a sweep DIR/sweep.html, DIR/sweep.md,
+DIR/sweep.csv, DIR/sweep_*.png and DIR/sweep_figures.json.
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ from llmload import argtypes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run", metavar="RUN", help="result JSON (llmload or vLLM --save-detailed)")
+    parser.add_argument("run", metavar="RUN",
+                        help="result JSON (llmload or vLLM --save-detailed), or a sweep (sweep.json or its directory)")
     parser.add_argument("--output", "-o", metavar="DIR", default="llmload-report",
                         help="directory for the report (default: %(default)s)")
     parser.add_argument("--label", help="name of the run in the report (default: its label or file name)")
@@ -38,10 +45,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from llmload.report.build import build
+    from llmload.report.sweep import sweep_paths
 
+    sweeps = sweep_paths([args.run])
+    if sweeps is not None:
+        return _sweep(args, sweeps)
     out = build([args.run], args.output, name="report", title=args.title,
                 labels=[args.label] if args.label else None, goodput=args.goodput, dpi=args.dpi)
     print(out.terminal_text())
     print(f"\nWrote {out.files[0]} (self-contained), {out.files[1].name}, {out.files[2].name} "
           f"and {len(out.files) - 3} figures in {out.files[0].parent}")
+    return 0
+
+
+def _sweep(args: argparse.Namespace, files: list) -> int:
+    from llmload.errors import ConfigError
+    from llmload.report.sweep import GOODPUT_REJECTED, build_sweep
+
+    if args.goodput:
+        raise ConfigError(GOODPUT_REJECTED)
+    out = build_sweep(files, args.output, name="sweep", title=args.title,
+                      labels=[args.label] if args.label else None, dpi=args.dpi)
+    print(out.terminal_text())
+    print(f"\nWrote {out.files[0]} (self-contained), {out.files[1].name}, {out.files[2].name} "
+          f"and {len(out.files) - 4} figures in {out.files[0].parent}")
     return 0

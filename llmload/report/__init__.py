@@ -9,6 +9,8 @@
     server.py    the server's scraped series on the report's time axis, its summary, the "Server metrics" table
     server_findings.py / server_figures.py   findings and figures that read the server's series
     build.py     the pipeline both commands run
+    sweep.py     a SWEEP (sweep.json of 'llmload sweep') -> its answer, points, figures, page: both commands
+    sweep_tables.py / sweep_figures.py   the sweep report's text and tables, and its figures
 
 Nothing heavy is imported here; matplotlib only when figures are drawn.
 """
