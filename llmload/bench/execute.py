@@ -111,10 +111,17 @@ class DistributedSetup:
             raise LLMLoadError(f"fewer than {expected} workers connected within {args.expect_workers_max_wait:g} s")
         return self
 
-    def run(self, run_config: dict[str, Any], schedule: Any, interrupts: Any) -> Outcome:
-        result = self.bench.run(self.clients, run_config, schedule, self.args.max_concurrency,
-                                interrupts.stop, self.args.stop_timeout, log, cut_event=interrupts.force,
-                                think=self.args.think_time or None)
+    def run(self, run_config: dict[str, Any], schedule: Any, interrupts: Any, args: argparse.Namespace) -> Outcome:
+        """One job on the connected workers, with ``args``' concurrency, stop timeout and think time (a sweep's
+        point has its own)."""
+        # a sweep runs one job after another: a worker lost during the last one gets no share of this one
+        alive = {c.id for c in self.runner.clients.all if c.state != "missing"}
+        self.clients = [cid for cid in self.clients if cid in alive]
+        if not self.clients:
+            raise LLMLoadError("no worker is connected any more")
+        result = self.bench.run(self.clients, run_config, schedule, args.max_concurrency,
+                                interrupts.stop, args.stop_timeout, log, cut_event=interrupts.force,
+                                think=args.think_time or None)
         self.result_workers = result.workers
         workers = [{"worker": f"worker{w.index}", "assigned": len(w.assigned), "dispatched": len(w.dispatched),
                     "records": w.records, "lost": w.lost} for w in result.workers]
@@ -197,7 +204,7 @@ def execute(plan: RunPlan, target: Target, workload: Workload, user: Any, env: A
                 outcome = run_single(user, workload.schedule, args, interrupts, plan.think, on_record)
             else:
                 master.bench.on_record = on_record
-                outcome = master.run(run_config(plan, target), workload.schedule, interrupts)
+                outcome = master.run(run_config(plan, target), workload.schedule, interrupts, args)
     finally:
         observed = observer.finish()
         health.stop()
