@@ -36,7 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     add_sweep_arguments(parser)
     add_bench_arguments(parser)
-    parser.set_defaults(metric_percentiles=[50.0, 90.0, 99.0], percentile_metrics=["ttft", "tpot", "itl", "e2el"])
+    defaults = {"metric_percentiles": ([50.0, 90.0, 99.0], "50,90,99"),
+                "percentile_metrics": (["ttft", "tpot", "itl", "e2el"], "ttft,tpot,itl,e2el")}
+    parser.set_defaults(**{dest: value for dest, (value, _shown) in defaults.items()})
+    for action in parser._actions:  # --help shows the sweep's defaults, not bench's
+        if action.dest in defaults and action.help:
+            action.help = action.help.replace("%(default)s", defaults[action.dest][1])
 
 
 def run(args: argparse.Namespace) -> int:

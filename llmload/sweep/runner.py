@@ -18,6 +18,10 @@ NO_LOAD_MET = 3
 
 
 def run_sweep(args: argparse.Namespace) -> int:
+    if args.worker:  # a sweep's workers are bench workers: every point is a job from the master
+        from llmload.bench.run import run_worker
+
+        return run_worker(args)
     # Locust monkey-patches the standard library with gevent on import: before anything else runs
     import locust  # noqa: F401
 

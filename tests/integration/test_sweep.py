@@ -197,3 +197,17 @@ def test_bad_flags_are_one_line_and_exit_2(flags: tuple[str, ...], message: str,
     assert len(errors) == 1 and message in errors[0], run.describe()
     assert "Traceback" not in run.stderr
     assert not (tmp_path / "bad" / "sweep.json").exists()
+
+
+def test_report_renders_a_real_sweep(four_rates, child_runner: ChildRunner, tmp_path: Path) -> None:
+    _run, out = four_rates
+    report = tmp_path / "report"
+    run = child_runner.run([*llmload_command(), "report", str(out), "--output", str(report)], env=offline_env(),
+                           timeout=120)
+    assert run.returncode == 0, run.describe()
+    html = (report / "sweep.html").read_text()
+    data = read_sweep(out)
+    assert "SIMULATED" in html.upper() and "tiny" in html
+    assert "ttft" in html.lower() and f"{data['answer']['value']:g}" in html
+    rows = (report / "sweep.csv").read_text().strip().splitlines()
+    assert len(rows) == 1 + len(data["points"])
