@@ -25,10 +25,11 @@ def run_list(session: Session, loads: list[float]) -> Answer | None:
     """One point per load, in order; with ``--stop-on-saturation`` no load above a saturated point runs."""
     sweep = session.sweep
     trials = []
+    total = len(session.rows) + len(loads)
     for k, load in enumerate(loads):
         if session.interrupted:
             break
-        point = session.run_point(load, "sweep")
+        point = session.run_point(load, "sweep", of=f"/{total}")
         trials.append(trial_of(point, load))
         if sweep.run.args.stop_on_saturation and point.row["saturated"] and k + 1 < len(loads):
             log(f"--stop-on-saturation: the server was saturated at {load:g}; the {len(loads) - k - 1} higher "
@@ -82,7 +83,8 @@ def run_search(session: Session) -> Answer:
         load = search.next_load()
         if load is None:
             break
-        point = session.run_point(load, "search", stop_on_saturation=True)
+        point = session.run_point(load, "search", stop_on_saturation=True,
+                                  of=f" (search {len(search.trials) + 1}, at most {sweep.max_points})")
         trial = trial_of(point, load)
         search.record(trial)
         log(f"  {_verdict(point, trial, sweep.goodput_target)}")

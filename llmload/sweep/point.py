@@ -5,6 +5,7 @@ and workers the sweep set up once (docs/sweep.md). A point is exactly what ``llm
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,12 +89,14 @@ class Session:
         self.interrupts = interrupts
         self.stack = stack
         self.rows: list[dict[str, Any]] = []
+        #: called after each point's row is added (the runner rewrites sweep.json)
+        self.after_point: Callable[[], None] = lambda: None
 
     @property
     def interrupted(self) -> bool:
         return self.interrupts.signum is not None
 
-    def run_point(self, load: float, role: str, *, stop_on_saturation: bool = False) -> Point:
+    def run_point(self, load: float, role: str, *, stop_on_saturation: bool = False, of: str = "") -> Point:
         """Run one point at ``load`` (a rate, ``inf``, or a concurrency) and append its row."""
         from llmload.bench.execute import execute
         from llmload.bench.outputs import Finished, conclude
@@ -104,7 +107,7 @@ class Session:
         plan = self._point_plan(index, load, stop_on_saturation)
         samples = self._samples(load)
         schedule = Schedule.build(plan.spec, samples)
-        log(f"Sweep point {index} ({role}): {_shown(sweep.dimension, load)}, {len(schedule)} requests"
+        log(f"Sweep point {index}{of} ({role}): {_shown(sweep.dimension, load)}, {len(schedule)} requests"
             + (f" ({sweep.warmup} of them warm-up)" if sweep.warmup else ""))
         stop = PointStop(self.interrupts)
         try:
@@ -122,6 +125,7 @@ class Session:
         row = point_row(index, role, done.result, goodput=goodput, meets_target=meets,
                         result_file=_name(done.result_path), records_file=_name(done.records_path))
         self.rows.append(row)
+        self.after_point()
         return Point(row, done.exit_code, goodput)
 
     def _point_plan(self, index: int, load: float, stop_on_saturation: bool) -> Any:

@@ -52,6 +52,10 @@ def _sweep(sweep: SweepPlan, interrupts: Any) -> int:
         _probe(plan, user, workload, target)
         master = open_master(plan, env, interrupts, stack)
         session = Session(sweep, target, workload, user, env, master, interrupts, stack)
+        # sweep.json after every point: a sweep killed outright still leaves the points it finished
+        session.after_point = lambda: _write_json(sweep, sweep_data(sweep, target, session.rows, None,
+                                                                    interrupted=session.interrupted,
+                                                                    finished=False))
         answer: Answer | None = None
         try:
             answer = run_points(session)
@@ -63,7 +67,7 @@ def _sweep(sweep: SweepPlan, interrupts: Any) -> int:
 
 
 def sweep_data(sweep: SweepPlan, target: Any, rows: list[dict[str, Any]], answer: Answer | None, *,
-               interrupted: bool) -> dict[str, Any]:
+               interrupted: bool, finished: bool = True) -> dict[str, Any]:
     """``sweep.json``'s content (keys: :mod:`llmload.sweep.table`)."""
     from llmload.sweep.table import SWEEP_KIND, SWEEP_VERSION
 
@@ -79,7 +83,7 @@ def sweep_data(sweep: SweepPlan, target: Any, rows: list[dict[str, Any]], answer
         "mode": sweep.mode, "dimension": sweep.dimension, "slo": sweep.slo,
         "goodput_target": sweep.goodput_target if sweep.slo else None,
         "precision": str(sweep.precision) if sweep.searching else None,
-        "ceiling": ceiling, "answer": answer_dict(answer, rows, sweep), "interrupted": interrupted,
+        "ceiling": ceiling, "answer": answer_dict(answer, rows, sweep), "interrupted": interrupted, "finished": finished,
         "points": rows,
     }
 
@@ -122,8 +126,7 @@ def _sim_profile(args: argparse.Namespace) -> str:
     return DEFAULT_PROFILE
 
 
-def _write(sweep: SweepPlan, data: dict[str, Any]) -> None:
-    """sweep.json first (never lost to a figure's failure), then the figures."""
+def _write_json(sweep: SweepPlan, data: dict[str, Any]) -> bool:
     from llmload.sweep.table import write_sweep
 
     path = sweep.output / "sweep.json"
@@ -131,8 +134,15 @@ def _write(sweep: SweepPlan, data: dict[str, Any]) -> None:
         write_sweep(path, data)
     except OSError as exc:
         log(f"error: cannot write {path}: {exc.strerror or exc}")
+        return False
+    return True
+
+
+def _write(sweep: SweepPlan, data: dict[str, Any]) -> None:
+    """sweep.json first (never lost to a figure's failure), then the figures."""
+    if not _write_json(sweep, data):
         return
-    log(f"Saved {path} ({len(data['points'])} points)")
+    log(f"Saved {sweep.output / 'sweep.json'} ({len(data['points'])} points)")
     if not sweep.figures or not data["points"]:
         return
     try:

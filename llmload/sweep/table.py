@@ -9,7 +9,8 @@ Top level::
     warmup, simulated (bool), sim_profile (str | None), mode ("rates" | "concurrencies" | "auto" | "search"),
     dimension ("request_rate" | "max_concurrency"), slo ({metric: ms} | None), goodput_target (float | None),
     precision (float | None), ceiling (the unlimited-rate run's request throughput | None),
-    answer (see :class:`llmload.sweep.search.Answer`'s ``to_dict`` | None), interrupted (bool), points [row...]
+    answer (see :class:`llmload.sweep.search.Answer`'s ``to_dict`` | None), interrupted (bool), finished (bool:
+    False while the sweep runs, the file being rewritten after every point), points [row...]
 
 A row (``point_row``)::
 

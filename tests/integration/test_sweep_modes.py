@@ -101,3 +101,32 @@ def test_a_signal_stops_the_sweep_and_keeps_the_points(tmp_path: Path) -> None:
     whole, stopped = (read(out, row["result_file"]) for row in data["points"])
     assert not whole["interrupted"] and whole["completed"] == 12
     assert stopped["interrupted"] and stopped["not_sent"] > 0
+
+
+def test_a_killed_sweep_keeps_the_points_it_finished(tmp_path: Path) -> None:
+    out = tmp_path / "killed"
+    argv = [*llmload_command(), "sweep", "-o", str(out), "--disable-tqdm", "--no-figures", "--request-rates",
+            "4,5,6", "--num-prompts", "12", "--sim-args", "--profile tiny"]
+    with ChildProcesses(tmp_path) as children:
+        proc, _stdout, stderr = children.start("sweep", argv)
+        wait_for_text(stderr, r"Sweep point 2", proc, timeout=120)
+        proc.kill()  # no handler runs: only what was written after point 1 remains
+        proc.wait(timeout=30)
+    data = read(out)
+    assert not data["finished"] and len(data["points"]) == 1
+    assert (out / data["points"][0]["result_file"]).exists()
+
+
+def test_a_multi_turn_sweep_counts_turns_per_point(child_runner: ChildRunner, tmp_path: Path) -> None:
+    out = tmp_path / "turns"
+    run = sweep(child_runner, out, "--request-rates", "4,8", "--multi-turn", "--max-turns", "3", "--num-prompts",
+                "6", "--sim-args", "--profile tiny")
+    assert run.returncode == 0, run.describe()
+    data = read(out)
+    assert data["finished"] and len(data["points"]) == 2
+    for row in data["points"]:
+        result = read(out, row["result_file"])
+        assert result["conversations"]["completed"] == 6
+        turns = result["conversations"]["turns_completed"]
+        assert row["completed"] == result["completed"] == turns == sum(t["completed"] for t in result["turns"])
+        assert turns > 6, "later turns were sent"
