@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "sim": "run the simulated OpenAI-compatible LLM engine (the default benchmark target)",
     "report": "report on one run: HTML with figures, headline table, automatic findings",
     "compare": "compare runs side by side: overlaid figures, table with relative differences, findings",
+    "k8s": "Kubernetes manifests for a run: headless master/worker Jobs or the live web UI (llmload k8s render)",
     "ui": "Locust's web UI with the LLM tab (live TTFT/TPOT, tokens/s, rate steering); the simulator by default",
 }
 
@@ -63,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     name = argv[0]
     parser, module = _command_parser(name)
-    args = parser.parse_args(argv[1:])
+    # a command that passes flags through (k8s render: bench's) parses them itself
+    parse = getattr(module, "parse_args", None)
+    args = parse(parser, argv[1:]) if parse else parser.parse_args(argv[1:])
     code = run_reporting_errors(module.run, args, parser)
     if entry_point and "gevent" in sys.modules:
         _exit_now(code)

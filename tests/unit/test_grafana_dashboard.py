@@ -120,7 +120,7 @@ def test_the_service_monitor_example_selects_the_master_s_metrics_port() -> None
     [endpoint] = monitor["spec"]["endpoints"]
     [port] = [p for p in service["spec"]["ports"] if p["name"] == endpoint["port"]]
     assert endpoint["path"] == "/metrics"
-    master = yaml.safe_load((ROOT / "k8s" / "base" / "master-job.yaml").read_text())
+    master = yaml.safe_load((ROOT / "k8s" / "overlays" / "headless" / "job-llmload-master.yaml").read_text())
     labels = master["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= labels.items()
     # the flags the example tells you to add to the master parse, and listen where the Service points
