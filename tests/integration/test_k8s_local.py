@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import time
 from pathlib import Path
 
@@ -135,7 +136,13 @@ def test_rendered_web_ui_serves_and_runs_a_swarm_on_its_workers(start_sim, tmp_p
         stats = wait(lambda: _stats(http, ui), lambda d: d["run"]["completed"] >= 10, "requests", ui, out)
         assert stats["distributed"]
         http.post("/stop")
-        wait(lambda: _stats(http, ui), lambda d: d["state"] == "stopped", "the stop", ui, out)
+        done = wait(lambda: _stats(http, ui), lambda d: d["state"] == "stopped", "the stop", ui, out)
+        # a pod's end (SIGTERM): the summary in its log, the test's records on the results PVC
+        ui.send_signal(signal.SIGTERM)
+        assert ui.wait(timeout=60) == 0, out.read_text()[-3000:]
+    records = (tmp_path / "results" / "records.jsonl").read_text().splitlines()
+    assert len(records) == done["run"]["requests"] >= 10
+    assert {json.loads(line)["worker"] for line in records} == {"worker0", "worker1"}
 
 
 def _stats(http: httpx.Client, proc) -> dict | None:

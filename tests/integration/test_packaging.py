@@ -103,3 +103,48 @@ def test_default_bench_runs_outside_the_checkout(venv: Path, tmp_path: Path) -> 
     line = next((x for x in out.splitlines() if x.startswith("Successful requests:")), None)
     assert line is not None, out
     assert line.split()[-1] == "5", line
+
+
+def _dockerfile() -> tuple[dict[str, str], list[str], str]:
+    """k8s/Dockerfile's final stage: its ENV, the RUN commands after USER (the image's own check) and USER."""
+    text = (REPO / "k8s" / "Dockerfile").read_text().replace("\\\n", " ")
+    final = text.rsplit("\nFROM ", 1)[1]
+    env: dict[str, str] = {}
+    checks: list[str] = []
+    user = ""
+    for line in final.splitlines():
+        word, _, rest = line.strip().partition(" ")
+        if word == "ENV":
+            env.update(item.split("=", 1) for item in rest.split())
+        elif word == "USER":
+            user = rest.strip()
+        elif word == "RUN" and user:
+            checks.append(rest.strip())
+    return env, checks, user
+
+
+def test_the_image_recipe_installs_the_wheel_and_runs_as_non_root() -> None:
+    text = (REPO / "k8s" / "Dockerfile").read_text()
+    _env, checks, user = _dockerfile()
+    assert user and not user.startswith(("0", "root")), "the image must not run as root"
+    assert "pip install --no-cache-dir /wheels/*.whl" in text and "pip wheel" in text
+    assert "COPY locustfiles /app/locustfiles" in text
+    assert checks and "llmload bench --num-prompts 5" in checks[-1]
+
+
+def test_the_image_check_passes_in_an_installed_wheel(venv: Path, tmp_path: Path) -> None:
+    """The Dockerfile's own check (run at the end of ``docker build``), run here in the installed wheel with
+    the image's environment: /tmp remapped to a temporary directory, the venv's bin first on PATH."""
+    import os
+
+    env_vars, checks, _user = _dockerfile()
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = offline_env({k: v.replace("/tmp", str(scratch)) for k, v in env_vars.items()})
+    env.pop("PYTHONPATH", None)
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
+    for command in checks:
+        command = command.replace("/tmp/", f"{scratch}/")
+        proc = subprocess.run(["sh", "-c", command], cwd=_outside(tmp_path), env=env, capture_output=True,
+                              text=True, timeout=180)
+        assert proc.returncode == 0, f"{command}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
