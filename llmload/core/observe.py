@@ -106,6 +106,9 @@ class RunObserver:
         self.stop_on_saturation = stop_on_saturation
         self.log = log
         self.completed = 0
+        #: completed requests' waits from intended send to first token: their sum and count (the queue test)
+        self.wait_sum = 0.0
+        self.wait_count = 0
         self.start = 0.0
         self.end = 0.0
         self.reported: Verdict | None = None
@@ -114,8 +117,13 @@ class RunObserver:
         #: the way in's greenlet that ends the run when ``stop`` is set (``locust -f``), if it has one
         self.ender: gevent.Greenlet | None = None
 
-    def on_record(self, _record: Any) -> None:
+    def on_record(self, record: Any) -> None:
         self.completed += 1
+        first = getattr(record, "first_token", None)
+        if first is not None:
+            sent = getattr(record, "intended_send", None) or record.start
+            self.wait_sum += first - sent
+            self.wait_count += 1
 
     def begin(self) -> None:
         self.start = perf_counter()
@@ -154,7 +162,8 @@ class RunObserver:
         checks = 0
         while True:
             gevent.sleep(SAMPLE_S)
-            self.monitor.add(perf_counter(), self.in_flight(), self.completed, self._waiting())
+            self.monitor.add(perf_counter(), self.in_flight(), self.completed, self._waiting(), self.wait_sum,
+                             self.wait_count)
             checks += 1
             if checks % 4 or self.reported is not None:
                 continue

@@ -6,7 +6,14 @@ The test, on samples taken while the run goes: cut time into windows of ``window
 ``windows`` consecutive windows the backlog (requests in flight at the client, or the server's waiting queue when it
 is scraped) grew in every window, grew in all by at least ``max(min_growth, growth_share x backlog at the start)``,
 and the completion rate of the last window is at most ``flat_ratio`` times the first one's (throughput flat). The
-run was saturated from the start of the first of those windows. A closed loop cannot saturate this way (its users
+run was saturated from the start of the first of those windows.
+
+For the client's in-flight count one more thing must hold, because a backlog also grows while a run warms up
+(answers take seconds to finish, so in flight climbs towards rate x duration) and by chance in a Poisson burst:
+requests must be *waiting longer*. The mean time from a request's intended send to its first token, over the
+requests completed in a window, must rise from the span's first window with completions to its last by at least
+``ttft_ratio`` times and ``ttft_min_growth_s``; or, past the first ``windows`` windows of the run, nothing
+completes at all in the last window while the backlog grows. A closed loop cannot saturate this way (its users
 bound the backlog), so the run only applies the test to open loops.
 """
 
@@ -25,6 +32,8 @@ class SaturationRule:
     min_growth: float = 4.0
     growth_share: float = 0.5
     flat_ratio: float = 1.15
+    ttft_ratio: float = 1.5
+    ttft_min_growth_s: float = 0.05
 
 
 @dataclass(frozen=True)
@@ -48,6 +57,9 @@ class _Sample:
     in_flight: float
     completed: float
     waiting: float | None
+    #: over the requests completed so far: the sum of their waits to the first token, and how many had one
+    wait_sum: float = 0.0
+    wait_count: float = 0.0
 
 
 @dataclass
@@ -58,8 +70,11 @@ class SaturationMonitor:
     start: float = 0.0
     samples: list[_Sample] = field(default_factory=list)
 
-    def add(self, t: float, in_flight: float, completed: float, waiting: float | None = None) -> None:
-        self.samples.append(_Sample(t, float(in_flight), float(completed), waiting))
+    def add(self, t: float, in_flight: float, completed: float, waiting: float | None = None,
+            wait_sum: float = 0.0, wait_count: float = 0.0) -> None:
+        """One sample; ``wait_sum``/``wait_count``: cumulative waits to the first token of completed requests."""
+        self.samples.append(_Sample(t, float(in_flight), float(completed), waiting, float(wait_sum),
+                                    float(wait_count)))
 
     def verdict(self) -> Verdict:
         """The test over the samples so far (the first saturated span found, scanning forward)."""
@@ -105,4 +120,21 @@ class SaturationMonitor:
         rates = [(b.completed - a.completed) / max(b.t - a.t, 1e-9) for a, b in span]
         if rates[-1] > self.rule.flat_ratio * max(rates[0], 1e-9):
             return None
+        if signal == "in_flight" and not self._waiting_longer(span):
+            return None
         return Verdict(True, span[0][0].t - self.start, signal, float(growth), rates[-1])
+
+    def _waiting_longer(self, span: Sequence[tuple[_Sample, _Sample]]) -> bool:
+        """Requests wait longer and longer for their first token (module docstring): a queue, not a warm-up."""
+        def mean_wait(a: _Sample, b: _Sample) -> float | None:
+            n = b.wait_count - a.wait_count
+            return (b.wait_sum - a.wait_sum) / n if n > 0 else None
+
+        waits = [mean_wait(a, b) for a, b in span]
+        if waits[-1] is None:
+            return span[0][0].t - self.start >= self.rule.window_s * self.rule.windows
+        earlier = [w for w in waits[:-1] if w is not None]
+        if not earlier:
+            return False
+        first, last = earlier[0], waits[-1]
+        return last >= max(first * self.rule.ttft_ratio, first + self.rule.ttft_min_growth_s)

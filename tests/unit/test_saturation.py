@@ -1,5 +1,6 @@
-"""The saturation test on synthetic series: a backlog that grows while throughput stays flat is saturation, from
-the window it began in; a steady backlog, a warm-up (backlog and throughput rising together) and noise are not."""
+"""The saturation test on synthetic series: a backlog that grows while throughput stays flat and requests wait
+longer and longer is saturation, from the window it began in; a steady backlog, a warm-up (backlog and throughput
+rising together, or the backlog filling with long answers), a Poisson burst and noise are not."""
 
 from __future__ import annotations
 
@@ -11,16 +12,33 @@ from llmload.core.saturation import SaturationMonitor, SaturationRule
 RULE = SaturationRule(window_s=5.0, windows=3)
 
 
-def monitor_for(in_flight, completed, waiting=None, step: float = 0.5, seconds: float = 60.0) -> SaturationMonitor:
+#: a server that keeps up: every request waits ~50 ms for its first token
+FLAT_WAIT = 0.05
+
+
+def monitor_for(in_flight, completed, waiting=None, step: float = 0.5, seconds: float = 60.0,
+                wait=lambda t: FLAT_WAIT) -> SaturationMonitor:
+    """Samples every ``step`` s; ``wait(t)``: the wait to the first token of the requests completed at ``t``."""
     monitor = SaturationMonitor(RULE, start=100.0)
+    wait_sum = 0.0
+    previous = completed(0.0)
     for t in np.arange(0.0, seconds, step):
-        monitor.add(100.0 + t, in_flight(t), completed(t), None if waiting is None else waiting(t))
+        done = completed(t)
+        wait_sum += (done - previous) * wait(t)
+        previous = done
+        monitor.add(100.0 + t, in_flight(t), done, None if waiting is None else waiting(t), wait_sum, done)
     return monitor
+
+
+def queue_wait(backlog, capacity: float):
+    """Saturated: a request waits for the backlog ahead of it to drain."""
+    return lambda t: FLAT_WAIT + backlog(t) / capacity
 
 
 def test_twice_the_capacity_is_saturated_from_the_start():
     capacity = 4.0  # requests/s the server completes; 8/s arrive
-    verdict = monitor_for(lambda t: capacity * t, lambda t: capacity * t).verdict()
+    backlog = lambda t: capacity * t  # noqa: E731
+    verdict = monitor_for(backlog, lambda t: capacity * t, wait=queue_wait(backlog, capacity)).verdict()
     assert verdict.saturated and verdict.signal == "in_flight"
     assert verdict.since_s == pytest.approx(0.0, abs=RULE.window_s)
     assert verdict.throughput_rps == pytest.approx(capacity, rel=0.05)
@@ -35,8 +53,9 @@ def test_half_the_capacity_is_not_saturated_even_with_noise():
 
 def test_saturation_that_starts_mid_run_says_when():
     # up to 20 s the server keeps up (backlog 5); then it completes 3/s while 6/s arrive
-    verdict = monitor_for(lambda t: 5 if t < 20 else 5 + 3 * (t - 20),
-                          lambda t: 6 * t if t < 20 else 120 + 3 * (t - 20)).verdict()
+    backlog = lambda t: 5 if t < 20 else 5 + 3 * (t - 20)  # noqa: E731
+    verdict = monitor_for(backlog, lambda t: 6 * t if t < 20 else 120 + 3 * (t - 20),
+                          wait=queue_wait(lambda t: backlog(t) - 5, 3.0)).verdict()
     assert verdict.saturated
     assert 15.0 <= verdict.since_s <= 25.0
 
@@ -54,8 +73,29 @@ def test_the_servers_waiting_queue_is_a_signal_of_its_own():
 
 
 def test_too_short_a_run_gives_no_verdict():
-    verdict = monitor_for(lambda t: 4 * t, lambda t: 4 * t, seconds=12.0).verdict()
+    verdict = monitor_for(lambda t: 4 * t, lambda t: 4 * t, seconds=12.0, wait=queue_wait(lambda t: 4 * t, 4)).verdict()
     assert not verdict.saturated
+
+
+def test_a_backlog_filling_with_long_answers_is_not_saturation():
+    # 2 req/s of answers that take 5-40 s: in flight climbs for 40 s while completions trickle in at a flat rate,
+    # and every request still gets its first token at once (a sweep's low-rate point, simulated, was flagged)
+    verdict = monitor_for(lambda t: 2.0 * min(t, 40.0) * 0.6, lambda t: max(0.0, 1.2 * (t - 5.0)),
+                          seconds=60.0).verdict()
+    assert not verdict.saturated
+
+
+def test_a_poisson_burst_is_not_saturation():
+    # the backlog drifts up by 7 over 15 s by chance, throughput flat, waits flat
+    verdict = monitor_for(lambda t: 10 + (7 * (t - 30) / 15 if 30 <= t < 45 else (7 if t >= 45 else 0)),
+                          lambda t: 1.8 * t).verdict()
+    assert not verdict.saturated
+
+
+def test_a_stuck_server_is_saturated_once_past_the_ramp():
+    # it completed some requests, then nothing more while they keep arriving
+    verdict = monitor_for(lambda t: 2 * t, lambda t: min(2 * t, 10.0)).verdict()
+    assert verdict.saturated and verdict.since_s >= RULE.window_s * RULE.windows
 
 
 def test_the_observer_stops_a_saturated_run_when_asked():
@@ -97,7 +137,7 @@ def test_the_observer_only_reports_without_stop_on_saturation():
 
     observer = RunObserver(None, SaturationRule(window_s=1.0, windows=3, min_growth=2), in_flight, stop=stop)
     observer.begin()
-    stop.wait(5.0)
+    stop.wait(10.0)  # nothing completes at all: judged once past the first three windows
     observed = observer.finish()
     assert not stop.is_set() and not observed.stopped_on_saturation
     assert observed.saturation is not None and observed.saturation.saturated
