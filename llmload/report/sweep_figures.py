@@ -245,21 +245,24 @@ def _throughput_sweep(axes: dict, rec: _Recorder, i: int, label: str, data: Mapp
                       inf_x: float | None) -> set[str]:
     """One sweep's curves on the goodput (if any), tokens/s and requests/s panels; the marker kinds drawn."""
     dim = str(data.get("dimension") or "request_rate")
-    pts = []
-    for row in rows_of(data):
-        x = offered(row, dim)
-        pts.append((inf_x if x is None else x, row))
-    pts = sorted((p for p in pts if p[0] is not None), key=lambda p: p[0])
+    finite = sorted(((x, row) for row in rows_of(data) if (x := offered(row, dim)) is not None),
+                    key=lambda p: p[0])
+    unlimited = [(inf_x, row) for row in rows_of(data) if offered(row, dim) is None and inf_x is not None]
     kinds: set[str] = set()
     c = colour(i)
     for key in ("goodput", "output_throughput", "request_throughput"):
-        sel = [(float(x), row, y) for x, row in pts if (y := number(row.get(key))) is not None]
-        if key not in axes or not sel:
+        if key not in axes:
             continue
-        xs, rows, ys = [p[0] for p in sel], [p[1] for p in sel], [p[2] for p in sel]
-        rec.plot(axes[key], "sweep_throughput", xs, ys, {"sweep": label, "panel": key, "dimension": dim},
-                 color=c, marker="o", markersize=4, linewidth=1.5)
-        kinds |= _mark(axes[key], rows, xs, ys, c)
+        # the unlimited-rate point stands apart: no line joins it to the finite rates (nothing was measured between)
+        for pts, line in ((finite, 1.5), (unlimited, 0.0)):
+            sel = [(float(x), row, y) for x, row in pts if (y := number(row.get(key))) is not None]
+            if not sel:
+                continue
+            xs, rows, ys = [p[0] for p in sel], [p[1] for p in sel], [p[2] for p in sel]
+            info = {"sweep": label, "panel": key, "dimension": dim, **({} if line else {"stat": "unlimited"})}
+            rec.plot(axes[key], "sweep_throughput", xs, ys, info,
+                     color=c, marker="o", markersize=4, linewidth=line, linestyle="-" if line else "none")
+            kinds |= _mark(axes[key], rows, xs, ys, c)
     if _answer(list(axes.values()), rec, label, data, c):
         kinds.add("answer")
     return kinds

@@ -143,7 +143,9 @@ class Bisection:
         return self._tidy(math.floor(mid) if self.integer else mid)
 
     def answer(self, dimension: str) -> Answer:
-        capped = bool(self.trials) and bracket(self.trials)[1] is None
+        # limited by the highest load allowed only when the search got there (not when --max-points ended it)
+        lower = bracket(self.trials)[0]
+        capped = bracket(self.trials)[1] is None and lower is not None and lower.load >= self.cap
         found = answer_from(self.trials, dimension, self.precision, capped=capped)
         return Answer(**{**found.__dict__, "reason": self.stopped})
 

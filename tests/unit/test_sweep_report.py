@@ -160,8 +160,10 @@ def test_report_on_a_sweep(tmp_path, capsys):
     assert {(line["panel"], line["y"]) for line in lines} == {("ttft", 500.0), ("tpot", 50.0)}
     # goodput versus the offered rate, the ceiling at the right edge
     goodput = _series(out, "sweep_throughput", "vllm", "goodput")
-    assert goodput["x"][:4] == [1.5, 3.0, 3.375, 3.75] and goodput["x"][4] > 3.75
-    assert goodput["y"] == [1.0, 0.99, 0.96, 0.81, 0.31]
+    assert goodput["x"] == [1.5, 3.0, 3.375, 3.75] and goodput["y"] == [1.0, 0.99, 0.96, 0.81]
+    # the unlimited-rate point stands alone (no line joins it to the finite rates)
+    ceiling = _series(out, "sweep_throughput", "vllm", "goodput", "unlimited")
+    assert ceiling["x"][0] > 3.75 and ceiling["y"] == [0.31]
 
 
 def test_report_reads_the_file_and_keeps_label_title_dpi(tmp_path, capsys):
@@ -202,7 +204,7 @@ def test_compare_overlays_two_sweeps(tmp_path, capsys):
             for stat in ("median", "p90", "p99"):
                 assert _series(out, "sweep_latency", label, panel, stat)["x"] == achieved
         assert _series(out, "sweep_throughput", label, "output_throughput")["x"][:4] == rates
-    inf_x = _series(out, "sweep_throughput", "vllm", "goodput")["x"][-1]
+    inf_x = _series(out, "sweep_throughput", "vllm", "goodput", "unlimited")["x"][-1]
     assert inf_x > 8.0  # past the highest finite rate of either sweep
     answers = [line for line in json.loads((out / "sweep_figures.json").read_text())["sweep_throughput"]["lines"]
                if line["kind"] == "answer"]

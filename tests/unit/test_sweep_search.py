@@ -89,3 +89,10 @@ def test_a_noisy_pass_above_a_miss_does_not_move_the_bracket() -> None:
 def test_bad_precision_is_refused(text: str) -> None:
     with pytest.raises(ValueError):
         Precision.parse(text)
+
+
+def test_max_points_before_any_miss_is_not_the_cap() -> None:
+    search, tried = search_with(lambda load: True, 1.0, cap=1000.0, max_points=3)
+    answer = search.answer("request_rate")
+    assert tried == [1.0, 2.0, 4.0] and answer.value == 4.0
+    assert answer.limited_by is None and "max-points" in answer.reason
