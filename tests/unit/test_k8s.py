@@ -17,8 +17,12 @@ from llmload.commands import bench
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"
-#: the Kubernetes version manifests are validated against (kubernetes-validate ships its schemas)
-KUBE_VERSION = "1.32.0"
+#: the Kubernetes versions manifests are validated against (kubernetes-validate ships their schemas): a widely
+#: deployed one and the newest the installed package knows
+def kube_versions() -> list[str]:
+    from kubernetes_validate.utils import latest_version
+
+    return sorted({"1.32.0", latest_version()})
 
 
 def kustomize(overlay: str) -> list[dict]:
@@ -67,8 +71,9 @@ def test_every_manifest_validates_strictly(capsys: pytest.CaptureFixture[str]) -
 
     for source, docs in all_manifests(capsys).items():
         assert docs, source
-        for doc in docs:
-            kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
+        for version in kube_versions():
+            for doc in docs:
+                kubernetes_validate.validate(doc, version, strict=True)
 
 
 def pod_specs(docs: list[dict]) -> list[dict]:
