@@ -128,9 +128,13 @@ class Bisection:
         lower, upper = bracket(self.trials)
         if upper is None:
             assert lower is not None
-            if lower.load >= self.cap:
-                return self._stop(f"even the highest load allowed ({self.cap:g}) met the target")
-            return self._tidy(min(self.cap, lower.load * 2 if lower.load > 0 else 1))
+            doubled = lower.load * 2 if lower.load > 0 else 1.0
+            # within the precision of the cap is the cap: never two points a rounding apart
+            near_cap = self.cap - doubled <= self.precision.width_at(self.cap)
+            up = self._tidy(self.cap if near_cap else doubled)
+            if up <= lower.load:  # the cap, tidied, is where the last pass already was
+                return self._stop(f"even the highest load allowed ({self._tidy(self.cap):g}) met the target")
+            return up
         if lower is None:
             down = math.floor(upper.load / 2) if self.integer else upper.load / 2
             if down < self.floor or down <= 0:
@@ -145,7 +149,7 @@ class Bisection:
     def answer(self, dimension: str) -> Answer:
         # limited by the highest load allowed only when the search got there (not when --max-points ended it)
         lower = bracket(self.trials)[0]
-        capped = bracket(self.trials)[1] is None and lower is not None and lower.load >= self.cap
+        capped = bracket(self.trials)[1] is None and lower is not None and lower.load >= self._tidy(self.cap)
         found = answer_from(self.trials, dimension, self.precision, capped=capped)
         return Answer(**{**found.__dict__, "reason": self.stopped})
 

@@ -96,3 +96,10 @@ def test_max_points_before_any_miss_is_not_the_cap() -> None:
     answer = search.answer("request_rate")
     assert tried == [1.0, 2.0, 4.0] and answer.value == 4.0
     assert answer.limited_by is None and "max-points" in answer.reason
+
+
+def test_the_cap_is_tried_once() -> None:
+    # a cap of 4 x an untidy ceiling (89.0992), reached by doubling 44.54: 89.08 and 89.1 are one load, not two
+    search, tried = search_with(lambda load: True, 22.27, cap=4 * 22.2748)
+    assert tried == [22.27, 44.54, 89.08] or tried == [22.27, 44.54, 89.1], tried
+    assert search.answer("request_rate").limited_by == "max_load"
