@@ -13,7 +13,7 @@ side). SIMULATED: every number comes from ``llmload sim``'s step-time model, not
 Not a test: the timings, and so the answers, depend on the machine (docs/sweep-study.md: on 2 shared cores the
 client limits the h100 profile's points).
 
-    python benchmarks/sweep_study.py                      # the full study, ~21 min on 2 cores
+    python benchmarks/sweep_study.py                      # the full study, ~19 min on 2 cores
     python benchmarks/sweep_study.py --quick              # a smoke version, ~2 min (docs/figures untouched)
     python benchmarks/sweep_study.py --compare-only       # redraw the comparisons from the kept sweep.json files
 
