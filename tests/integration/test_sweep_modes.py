@@ -89,7 +89,7 @@ def test_a_signal_stops_the_sweep_and_keeps_the_points(tmp_path: Path) -> None:
             "4,5,6", "--num-prompts", "12", "--sim-args", "--profile tiny", "--stop-timeout", "2"]
     with ChildProcesses(tmp_path) as children:
         proc, _stdout, stderr = children.start("sweep", argv)
-        wait_for_text(stderr, r"Sweep point 2 ", proc, timeout=120)
+        wait_for_text(stderr, r"Sweep point 2/", proc, timeout=120)
         proc.send_signal(signal.SIGINT)
         try:
             code = proc.wait(timeout=60)
