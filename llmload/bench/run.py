@@ -5,6 +5,7 @@ docs/design.md has the architecture; docs/reliability.md the exit codes and what
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from contextlib import ExitStack
 from typing import Any
 
@@ -77,14 +78,20 @@ def run_bench(args: argparse.Namespace) -> int:
     # (urllib, ssl and huggingface_hub imported first would stay unpatched).
     import locust  # noqa: F401
 
+    plan = RunPlan(args)
+    return with_interrupts(lambda interrupts: _bench(plan, interrupts), "before the benchmark started")
+
+
+def with_interrupts(body: Callable[[Any], int], start_up: str) -> int:
+    """``body(interrupts)`` with SIGINT/SIGTERM handled for its lifetime (:mod:`llmload.interrupts`); a signal
+    during start-up ends it with one line saying nothing was measured (``start_up``: before what)."""
     from llmload.interrupts import Interrupted, RunInterrupts
 
-    plan = RunPlan(args)
     with RunInterrupts(log) as interrupts:
         try:
-            return _bench(plan, interrupts)
+            return body(interrupts)
         except Interrupted as exc:
-            log(f"{exc}: stopped during start-up, before the benchmark started; nothing was measured")
+            log(f"{exc}: stopped during start-up, {start_up}; nothing was measured")
             return exc.exit_code
 
 

@@ -25,15 +25,10 @@ def run_sweep(args: argparse.Namespace) -> int:
     # Locust monkey-patches the standard library with gevent on import: before anything else runs
     import locust  # noqa: F401
 
-    from llmload.interrupts import Interrupted, RunInterrupts
+    from llmload.bench.run import with_interrupts
 
     sweep = build_sweep_plan(args)
-    with RunInterrupts(log) as interrupts:
-        try:
-            return _sweep(sweep, interrupts)
-        except Interrupted as exc:
-            log(f"{exc}: stopped during start-up, before the first point; nothing was measured")
-            return exc.exit_code
+    return with_interrupts(lambda interrupts: _sweep(sweep, interrupts), "before the first point")
 
 
 def _sweep(sweep: SweepPlan, interrupts: Any) -> int:

@@ -148,8 +148,8 @@ class Bisection:
 
     def answer(self, dimension: str) -> Answer:
         # limited by the highest load allowed only when the search got there (not when --max-points ended it)
-        lower = bracket(self.trials)[0]
-        capped = bracket(self.trials)[1] is None and lower is not None and lower.load >= self._tidy(self.cap)
+        lower, upper = bracket(self.trials)
+        capped = upper is None and lower is not None and lower.load >= self._tidy(self.cap)
         found = answer_from(self.trials, dimension, self.precision, capped=capped)
         return Answer(**{**found.__dict__, "reason": self.stopped})
 
