@@ -133,14 +133,18 @@ class SweepPlan:
         return self.mode == "search"
 
 
-def _slos(items: list[str] | None) -> dict[str, Any] | None:
+def _slo_items(items: list[str] | None) -> list[str]:
+    """``--slo ttft:500,tpot:50`` (commas or spaces) as ``--goodput``'s ``METRIC:MS`` items."""
+    return [part for item in items or [] for part in item.replace(",", " ").split()]
+
+
+def _slos(items: list[str]) -> dict[str, Any] | None:
     from llmload.metrics import parse_goodput
 
     if not items:
         return None
-    flat = [part for item in items for part in item.replace(",", " ").split()]
     try:
-        return parse_goodput(flat)
+        return parse_goodput(items)
     except ConfigError as exc:
         raise ConfigError(str(exc).replace("--goodput", "--slo")) from None
 
@@ -193,12 +197,13 @@ def build_sweep_plan(args: argparse.Namespace) -> SweepPlan:
     _check_refused(args)
     mode, dimension, loads = _mode(args)
     _check_think(args, dimension)
-    slo = _slos(args.slo)
+    items = _slo_items(args.slo)
+    slo = _slos(items)
     output = Path(args.output)
     args.result_dir = str(output)
     args.save_result = True
     # every point's result JSON judges goodput by the sweep's SLOs
-    args.goodput = [part for item in args.slo or [] for part in item.replace(",", " ").split()] or None
+    args.goodput = items or None
     run = RunPlan(args)
     default_precision = Precision(0.1, True) if dimension == RATE else Precision(1.0, False)
     return SweepPlan(run=run, mode=mode, dimension=dimension, loads=loads, auto=args.auto, slo=slo,

@@ -67,14 +67,15 @@ def sweep_data(sweep: SweepPlan, target: Any, rows: list[dict[str, Any]], answer
     from llmload.sweep.table import SWEEP_KIND, SWEEP_VERSION
 
     args = sweep.run.args
+    profile = _sim_profile(args) if target.built_in_sim else None
     ceiling = next((r["achieved_rate"] for r in rows if r["role"] == "ceiling"), None)
     return {
         "kind": SWEEP_KIND, "version": SWEEP_VERSION, "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
-        "label": args.label or (_sim_profile(args) if target.built_in_sim else None) or args.backend,
+        "label": args.label or profile or args.backend,
         "backend": args.backend, "model_id": target.model, "base_url": target.shown,
         "dataset_name": args.dataset_name, "num_prompts": sweep.run.num_prompts, "warmup": sweep.warmup,
         "duration_per_point": sweep.duration,
-        "simulated": bool(target.simulator), "sim_profile": _sim_profile(args) if target.built_in_sim else None,
+        "simulated": bool(target.simulator), "sim_profile": profile,
         "mode": sweep.mode, "dimension": sweep.dimension, "slo": sweep.slo,
         "goodput_target": sweep.goodput_target if sweep.slo else None,
         "precision": str(sweep.precision) if sweep.searching else None,
