@@ -85,6 +85,22 @@ def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False) -> Any
     return _from_hub(name, trust_remote_code=trust_remote_code)
 
 
+def load_counting_tokenizer(name_or_path: str, *, trust_remote_code: bool = False) -> Any:
+    """The tokenizer a run counts tokens with: ``builtin`` without importing transformers
+    (:class:`llmload.builtin_tokenizer.BuiltinTokenizer`, the same counts), anything else as
+    :func:`load_tokenizer` loads it."""
+    if str(name_or_path).strip() != BUILTIN:
+        return load_tokenizer(name_or_path, trust_remote_code=trust_remote_code)
+    from llmload.builtin_tokenizer import BuiltinTokenizer
+
+    path = builtin_tokenizer_dir()
+    try:
+        return BuiltinTokenizer(path)
+    except (OSError, ValueError, ImportError) as exc:  # missing or unreadable files; tokenizers' own errors
+        raise TokenizerError(f"cannot load the builtin tokenizer from {path}: {_one_line(exc)}: reinstall "
+                             "llmload or run datasets/make_tokenizer.py") from None
+
+
 def _from_pretrained(
     target: str, name: str, *, local_only: bool, trust_remote_code: bool, fast_class: bool = False
 ) -> Any:

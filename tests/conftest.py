@@ -12,7 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from support import end_process, llmload_command, locust_command, offline_env, strict_json
+from support import end_process, llmload_command, locust_argv, offline_env, strict_json
+
+#: the parallel phase and the serial one (phases.py); the gevent and CI-skip guards (guards.py)
+pytest_plugins = ["phases", "guards"]
 
 _LISTENING = re.compile(rb"llmload sim listening on http://127\.0\.0\.1:(\d+)")
 
@@ -223,7 +226,7 @@ class ChildRunner:
 
     def locust(self, *args: str, env_extra: dict[str, str] | None = None, timeout: float = 60.0) -> ChildRun:
         """``locust ARGS`` offline, run from the repository root (so ``-f locustfiles/...`` resolves)."""
-        return self.run([*locust_command(), *(str(a) for a in args)], env=offline_env(env_extra), timeout=timeout,
+        return self.run(locust_argv(*args), env=offline_env(env_extra), timeout=timeout,
                         cwd=Path(__file__).resolve().parents[1])
 
     def close(self) -> None:

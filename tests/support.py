@@ -5,6 +5,7 @@ Importable as ``support`` from any test (pytest puts ``tests/`` on ``sys.path`` 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -52,6 +53,16 @@ def locust_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "locust"]
 
 
+def locust_argv(*args: str) -> list[str]:
+    """``locust ARGS``; with ``--processes`` and no master port given, master and forked workers meet on a
+    :func:`free_port` (Locust's default 5557 would be shared by every test that runs at the same time)."""
+    argv = [*locust_command(), *(str(a) for a in args)]
+    if "--processes" in argv and not any(a.startswith(("--master-bind-port", "--master-port")) for a in argv):
+        port = str(free_port())
+        argv += ["--master-bind-port", port, "--master-port", port]
+    return argv
+
+
 def offline_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """Environment for a child that must never touch the network: Hugging Face offline, no API key, no
     ``LLMLOAD_*`` settings leaking in from the caller, loopback never proxied; ``extra`` on top."""
@@ -62,11 +73,50 @@ def offline_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+#: ports :func:`free_port` hands out: below Linux's ephemeral range (32768-60999), so neither ``bind(0)`` nor an
+#: outgoing connection anywhere on the machine takes one meanwhile; each xdist worker draws from its own block
+PORT_RANGE = (20000, 32000)
+PORT_BLOCK = 250
+
+
+class PortPool:
+    """The ports one test process hands out: its worker's block, each port at most once, each checked free."""
+
+    def __init__(self, worker: int) -> None:
+        low, high = PORT_RANGE
+        blocks = (high - low) // PORT_BLOCK
+        self.first = low + (worker % blocks) * PORT_BLOCK
+        self.next = self.first
+
+    def take(self) -> int:
+        for _ in range(PORT_BLOCK):
+            port, self.next = self.next, self.first + (self.next + 1 - self.first) % PORT_BLOCK
+            if _bindable(port):
+                return port
+        raise RuntimeError(f"no free port in {self.first}-{self.first + PORT_BLOCK - 1}")
+
+
+def _bindable(port: int) -> bool:
+    for host in ("127.0.0.1", "0.0.0.0"):
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                return False
+    return True
+
+
+@functools.cache
+def _port_pool() -> PortPool:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return PortPool(int(worker[2:]) + 1 if worker[2:].isdigit() else 0)
+
+
 def free_port() -> int:
-    """A loopback port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port nobody listens on, that no other test of this run is handed (xdist workers included): the
+    simulators and servers tests start on ``--port 0`` get theirs from the kernel, every port a test must
+    choose itself (a Locust master, a web UI) comes from here."""
+    return _port_pool().take()
 
 
 def end_process(proc: subprocess.Popen, grace: float = 10.0) -> None:

@@ -69,7 +69,7 @@ def load_workload(plan: RunPlan, target: Target, extra: int = 0) -> Workload:
     from llmload.core.schedule import Schedule
     from llmload.core.workload import dataset_options
     from llmload.datasets import load_samples
-    from llmload.tokenizer import load_tokenizer
+    from llmload.tokenizer import BUILTIN, load_counting_tokenizer
 
     args = plan.args
     num_prompts = plan.num_prompts
@@ -79,8 +79,9 @@ def load_workload(plan: RunPlan, target: Target, extra: int = 0) -> Workload:
         num_prompts += extra
     log(f"Loading tokenizer {target.tokenizer_id!r} and {num_prompts or 'all'} prompts from the "
         f"{args.dataset_name} dataset")
-    import_transformers()
-    tokenizer = load_tokenizer(target.tokenizer_id, trust_remote_code=args.trust_remote_code)
+    if target.tokenizer_id != BUILTIN:
+        import_transformers()
+    tokenizer = load_counting_tokenizer(target.tokenizer_id, trust_remote_code=args.trust_remote_code)
     samples = load_samples(args.dataset_name, args.dataset_path, tokenizer, num_prompts, args.seed,
                            **dataset_options(args))
     if num_prompts and len(samples) < num_prompts:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from support import end_process, free_port, llmload_command, locust_command, offline_env, tail
+from support import end_process, free_port, llmload_command, locust_argv, locust_command, offline_env, tail
 
 PROMPTS = 30
 #: the simulator's seeded faults fail 5 of the first 30 requests (HTTP errors, disconnects): errors by kind count
@@ -148,9 +148,10 @@ def test_locust_serves_live_metrics_that_end_equal_to_the_records(start_sim, tmp
     sim = start_sim(*SIM)
     port = free_port()
     records_path = tmp_path / "records.jsonl"
-    argv = [*locust_command(), "-f", "locustfiles/sharegpt.py", "--headless", "--host", sim.url, "-t", "120s",
-            "--tokenizer", "builtin", "--arrival", "open", *WORKLOAD, "--prometheus-port", str(port), *LINGER,
-            "--llm-records", str(records_path), "--exit-code-on-error", "0", *extra]  # the faults: on purpose
+    argv = locust_argv("-f", "locustfiles/sharegpt.py", "--headless", "--host", sim.url, "-t", "120s",
+                       "--tokenizer", "builtin", "--arrival", "open", *WORKLOAD, "--prometheus-port", str(port),
+                       *LINGER, "--llm-records", str(records_path), "--exit-code-on-error", "0",
+                       *extra)  # the faults: on purpose
     scrapes, output = run_with_scrapes(argv, port, tmp_path)
     check_during(scrapes, output)
     records = [json.loads(line) for line in records_path.read_text().splitlines() if line.strip()]

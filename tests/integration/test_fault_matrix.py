@@ -72,9 +72,8 @@ FAULTS = (
 )
 
 
-def _params():
-    for fault in FAULTS:
-        yield pytest.param(fault, id=fault.name.split(" (")[0].replace(" ", "-"))
+def _params() -> list:
+    return [pytest.param(fault, id=fault.name.split(" (")[0].replace(" ", "-")) for fault in FAULTS]
 
 
 #: (fault name, rate) -> outcome, for the table printed at the end

@@ -3,12 +3,12 @@ so two environments in one process never share records."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
-from time import monotonic
 
-import pytest
+from support import offline_env
 
 #: the listeners llmload adds: its options, and one per event it uses (the LLM tab adds init and test_start)
 EXPECTED_LISTENERS = {"init_command_line_parser": 1, "init": 2, "test_start": 2, "test_stopping": 1,
@@ -35,22 +35,28 @@ def test_import_registers_listeners_only() -> None:
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
-    import json
-
     report = json.loads(out.stdout.strip().splitlines()[-1])
     assert report == {"added": EXPECTED_LISTENERS, "threads": 0, "greenlets": 0}, report
 
 
-def _environment(host: str):
-    """An environment with its own events (Locust's runners add listeners to their environment's events, so
-    two runners on the global ones would drive each other's state), llmload installed on them."""
-    from locust.argument_parser import get_parser
-    from locust.env import Environment
-    from locust.event import Events
+#: two environments in one child process (importing locust monkey-patches the interpreter with gevent, which
+#: the test process must not inherit); prints what each environment recorded
+_TWO_ENVIRONMENTS = r"""
+import json, sys
+from time import monotonic
 
-    from llmload.locust import ShareGPTUser
-    from llmload.plugin import install
+import gevent
+from locust.argument_parser import get_parser
+from locust.env import Environment
+from locust.event import Events
 
+from llmload.locust import ShareGPTUser
+from llmload.plugin import install
+
+
+def environment(host):
+    # its own events: Locust's runners add listeners to their environment's events, so two runners on the
+    # global ones would drive each other's state
     events = Events()
     install(events)
 
@@ -65,9 +71,7 @@ def _environment(host: str):
     return env
 
 
-def _run_until_records(env, n: int, timeout: float = 60.0) -> None:
-    import gevent
-
+def run_until_records(env, n, timeout=60.0):
     env.runner.start(2, spawn_rate=100)
     deadline = monotonic() + timeout
     while len(env.llmload.records) < n and monotonic() < deadline:
@@ -75,16 +79,31 @@ def _run_until_records(env, n: int, timeout: float = 60.0) -> None:
     env.runner.stop()
 
 
+def ids(env):
+    return [id(r) for r in env.llmload.records.records]
+
+
+first, second = environment(sys.argv[1]), environment(sys.argv[1])
+out = {"same_state": first.llmload is second.llmload}
+run_until_records(first, 6)
+out["first_after_first"] = len(first.llmload.records)
+out["first_ok"] = all(r.success for r in first.llmload.records.records)
+out["second_after_first"] = len(second.llmload.records)
+run_until_records(second, 6)
+out["second_after_second"] = len(second.llmload.records)
+out["first_after_second"] = len(first.llmload.records)
+out["shared_records"] = len(set(ids(first)) & set(ids(second)))
+out["in_flight"] = [first.llmload.in_flight, second.llmload.in_flight]
+print(json.dumps(out))
+"""
+
+
 def test_two_environments_do_not_share_records(start_sim) -> None:
-    pytest.importorskip("locust")
     sim = start_sim("--ttft-ms", "5", "--itl-ms", "2")
-    first, second = _environment(sim.url), _environment(sim.url)
-    assert first.llmload is not second.llmload
-    _run_until_records(first, 6)
-    assert len(first.llmload.records) == 6 and all(r.success for r in first.llmload.records.records)
-    assert len(second.llmload.records) == 0
-    _run_until_records(second, 6)
-    assert len(second.llmload.records) == 6
-    assert len(first.llmload.records) == 6  # untouched by the second run
-    assert {id(r) for r in first.llmload.records.records}.isdisjoint(id(r) for r in second.llmload.records.records)
-    assert first.llmload.in_flight == second.llmload.in_flight == 0
+    proc = subprocess.run([sys.executable, "-c", _TWO_ENVIRONMENTS, sim.url], capture_output=True, text=True,
+                          timeout=120, env=offline_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"same_state": False, "first_after_first": 6, "first_ok": True, "second_after_first": 0,
+                   "second_after_second": 6, "first_after_second": 6,  # untouched by the second run
+                   "shared_records": 0, "in_flight": [0, 0]}, out

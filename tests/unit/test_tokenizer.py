@@ -124,3 +124,58 @@ def test_directory_without_tokenizer_files(tmp_path):
     with pytest.raises(TokenizerError) as err:
         load_tokenizer(str(tmp_path))
     assert str(tmp_path) in str(err.value) and "\n" not in str(err.value)
+
+
+# -- the builtin tokenizer without transformers (what bench and the simulator count with) --------------------
+
+def _sample_texts() -> list[str]:
+    import gzip
+
+    data = json.loads(gzip.decompress((REPO / "llmload" / "data" / "sharegpt_sample.json.gz").read_bytes()))
+    texts = [turn["value"] for conv in data for turn in conv["conversations"]]
+    return [*texts, "", " ", "x", "<s>hello</s> <unk>", "naïve café ☕ 東京\n\n\ttabs  ", "\ufffd\x00"]
+
+
+def test_counting_tokenizer_is_the_transformers_one_without_transformers(tok) -> None:
+    """Texts across the shipped sample: the same ids (with and without BOS), offsets, decoded text and special
+    ids as transformers' PreTrainedTokenizerFast reading the same files."""
+    from llmload.builtin_tokenizer import BuiltinTokenizer
+    from llmload.tokenizer import load_counting_tokenizer
+
+    light = load_counting_tokenizer("builtin")
+    assert isinstance(light, BuiltinTokenizer)
+    assert light.vocab_size == tok.vocab_size and len(light) == len(tok)
+    assert light.all_special_ids == sorted(tok.all_special_ids)
+    assert light.num_special_tokens_to_add() == tok.num_special_tokens_to_add() == 1
+    texts = _sample_texts()[::-7]  # the odd ones at the end first
+    assert len(texts) > 200
+    assert light(texts).input_ids == tok(texts).input_ids
+    assert light(texts, add_special_tokens=False).input_ids == tok(texts, add_special_tokens=False).input_ids
+    for text in texts[:: max(1, len(texts) // 100)]:
+        ids = tok.encode(text, add_special_tokens=False)
+        assert light.encode(text, add_special_tokens=False) == ids
+        assert light.encode(text) == tok.encode(text)
+        assert light.decode(ids) == tok.decode(ids)
+        assert light(text).input_ids == tok(text).input_ids
+        ours = light(text, add_special_tokens=False, return_offsets_mapping=True)
+        theirs = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        assert [list(o) for o in ours.offset_mapping] == [list(o) for o in theirs["offset_mapping"]]
+    random_ids = list(range(0, light.vocab_size, 7))
+    assert light.decode(random_ids) == tok.decode(random_ids)
+
+
+def test_counting_tokenizer_does_not_import_transformers() -> None:
+    code = ("import sys; from llmload.tokenizer import load_counting_tokenizer; "
+            "t = load_counting_tokenizer('builtin'); print(len(t('hello world').input_ids), "
+            "'transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60,
+                         env={"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["5", "False"]
+
+
+def test_counting_tokenizer_of_another_name_is_load_tokenizer() -> None:
+    from llmload.tokenizer import load_counting_tokenizer
+
+    with pytest.raises(TokenizerError, match="does not exist"):
+        load_counting_tokenizer("/nonexistent/tokenizer")

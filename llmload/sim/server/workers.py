@@ -31,9 +31,9 @@ def _tokenizer(config: SimConfig) -> Tokenize | None:
     """``--tokenizer`` as a text -> token ids function, loaded once before any fork."""
     if not config.tokenizer:
         return None
-    from llmload.tokenizer import load_tokenizer
+    from llmload.tokenizer import load_counting_tokenizer
 
-    tok = load_tokenizer(config.tokenizer)
+    tok = load_counting_tokenizer(config.tokenizer)
     return lambda text: tok(text).input_ids
 
 
