@@ -55,6 +55,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Gener
         missing = sorted(set(marker.args) & required()) if marker else []
         if missing:
             reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            reason = reason.removeprefix("Skipped: ")
             report.outcome = "failed"
             report.longrepr = (f"skipped, but {REQUIRE_ENV} says {', '.join(missing)} is installed here: "
                                f"{reason}")

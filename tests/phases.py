@@ -156,10 +156,13 @@ def _serial_phase(config: pytest.Config, ids: list[str]) -> int:
                                 f"one at a time")
     with tempfile.NamedTemporaryFile("w", suffix=".txt", prefix="serial-ids-", delete=False) as f:
         f.write("\n".join(ids) + "\n")
-    argv = [sys.executable, "-m", "pytest", *config.invocation_params.args, "-n", "0", ONLY_OPTION, f.name]
+    argv = [sys.executable, "-m", "pytest", *config.invocation_params.args, "-n", "0", f"{ONLY_OPTION}={f.name}",
+            f"--rootdir={config.rootpath}"]
+    if config.inipath is not None:
+        argv.append(f"--config-file={config.inipath}")
     xml = getattr(config.option, "xmlpath", None)
     if xml:
-        argv += ["--junitxml", str(Path(xml).with_suffix("")) + ".serial.xml"]
+        argv.append(f"--junitxml={Path(xml).with_suffix('')}.serial.xml")
     try:
         return subprocess.call(argv, cwd=config.invocation_params.dir)
     finally:

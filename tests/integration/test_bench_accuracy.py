@@ -13,7 +13,11 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from support import CLOCK_SLACK_S, match_trace
+
+#: client timestamps against the server's within ms bounds: alone, on a quiet machine (tests/phases.py)
+pytestmark = pytest.mark.serial
 
 TTFT_MS, ITL_MS, OUT_LEN = 50, 25, 20
 #: a systematic error shifts the median: a fifth of an ITL is ~50x the median error on an idle machine

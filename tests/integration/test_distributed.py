@@ -178,6 +178,7 @@ def server_timing(run: BenchRun) -> dict[str, float]:
 
 # -- (a) one process, --processes 2, master + 2 separate workers: the same numbers -------------------------
 
+@pytest.mark.serial
 def test_same_workload_same_results_with_1_process_2_processes_and_2_remote_workers(procs, tmp_path: Path) -> None:
     runs = {
         "single": run_bench(procs, tmp_path, "single"),

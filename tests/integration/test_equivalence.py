@@ -21,6 +21,8 @@ OUTPUT_LEN = 20
 SIM = ("--ttft-ms", "20", "--itl-ms", "10")
 WORKLOAD = ("--num-prompts", str(PROMPTS), "--seed", str(SEED), "--tokenizer", "builtin",
             "--sharegpt-output-len", str(OUTPUT_LEN), "--ignore-eos")
+#: how far a way in's median TTFT or ITL may be from bench's: half the simulator's ITL
+MEDIAN_MARGIN_S = 0.005
 #: four ways in
 MODES = ("bench", "bench-processes2", "locust", "locust-processes2")
 
@@ -64,8 +66,10 @@ def check_same(runs: dict[str, list[dict]]) -> None:
         assert sorted(r["request_id"] for r in records) == base_ids, mode
         assert sum(r["output_tokens"] for r in records) == PROMPTS * OUTPUT_LEN, mode
         assert sum(r["prompt_len"] for r in records) == sum(r["prompt_len"] for r in base), mode
-        assert abs(ttft[mode] - ttft["bench"]) < 1e-3, ttft
-        assert abs(itl[mode] - itl["bench"]) < 1e-3, itl
+        # a real difference between ways in is a whole ITL (10 ms: a counted role chunk, a token lost or merged);
+        # medians on a busy machine stay within a few ms (how exact each is: benchmarks/, test_bench_accuracy)
+        assert abs(ttft[mode] - ttft["bench"]) < MEDIAN_MARGIN_S, ttft
+        assert abs(itl[mode] - itl["bench"]) < MEDIAN_MARGIN_S, itl
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +90,10 @@ def test_open_loop_same_in_every_way_in(child_runner, sim, tmp_path: Path) -> No
         # records reach the master's clock through wall time, which NTP may slew by some ppm: 0.1 ms margin)
         np.testing.assert_allclose(intended - intended[0], expected - expected[0],
                                    atol=1e-6 if mode == "locust" else 1e-4, err_msg=mode)
-        # and the requests went out on it: start - intended, for the whole run
+        # and the requests went out on it: start - intended, for the whole run. Off the schedule would be a
+        # median of half a gap (25 ms at 20 req/s) or more; a stuck dispatcher, a send seconds late
         errors = np.asarray([r["start"] for r in records]) - intended
-        assert np.median(errors) < 0.002 and errors.max() < 0.05, (mode, np.median(errors), errors.max())
+        assert np.median(errors) < 0.5 / RATE and errors.max() < 1.0, (mode, np.median(errors), errors.max())
 
 
 def test_closed_loop_same_in_every_way_in(child_runner, sim, tmp_path: Path) -> None:

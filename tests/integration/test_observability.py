@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from bisect import bisect_right
 
+import pytest
+
 from llmload.servermetrics.store import read_series, series_path_for
 
 #: 4 sequences at once on the default profile with 32-token outputs: ~0.9 s a request, ~4.5 requests/s
@@ -56,6 +58,7 @@ def test_stored_series_agree_with_the_engine_and_feed_the_summary(child_runner, 
     assert "Server metrics" in run.stdout and "Peak waiting requests" in run.stdout
 
 
+@pytest.mark.serial
 def test_twice_the_capacity_is_saturated_and_half_is_not(child_runner, start_sim):
     sim = start_sim(*CAPACITY_SIM)
     verdicts = {}
@@ -72,6 +75,7 @@ def test_twice_the_capacity_is_saturated_and_half_is_not(child_runner, start_sim
     assert "SATURATED" not in stdout
 
 
+@pytest.mark.serial
 def test_stop_on_saturation_ends_the_run_early(child_runner, start_sim):
     sim = start_sim(*CAPACITY_SIM)
     prompts = 300  # ~33 s of arrivals at twice the capacity; saturation is seen within ~10 s
@@ -99,6 +103,7 @@ def test_no_metrics_endpoint_or_a_broken_one_never_fails_the_run(child_runner, s
     assert not series_path_for(off.records_path()).exists()
 
 
+@pytest.mark.serial
 def test_locust_headless_scrapes_and_stops_on_saturation(child_runner, start_sim, tmp_path):
     sim = start_sim(*CAPACITY_SIM)
     records = tmp_path / "records.jsonl"

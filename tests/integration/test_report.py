@@ -148,6 +148,7 @@ def test_report_on_a_bench_run(runs, tmp_path):
         assert float(rows[key]["stall"]) == pytest.approx(summary[key], rel=1e-9)
 
 
+@pytest.mark.serial
 def test_stall_finding_fires_only_with_the_stall(runs):
     from llmload.report.findings import first_itl_stall, run_findings
     from llmload.report.loader import load_run
@@ -204,6 +205,7 @@ def test_report_on_a_vllm_result(runs, tmp_path):
     assert float(rows["mean_tpot_ms"][label]) == pytest.approx(data["mean_tpot_ms"], rel=1e-6)
 
 
+@pytest.mark.serial
 def test_compare_with_baseline(runs, tmp_path):
     paths = [str(runs[k]) for k in ("stall", "nostall", "vllm")]
     proc = llmload("compare", *paths, "--output", str(tmp_path), "--labels", "stall,nostall,old-vllm",

@@ -8,6 +8,9 @@ import statistics
 import pytest
 from support import CLOCK_SLACK_S
 
+#: the simulator keeps its timing within ms: alone, on a quiet machine (tests/phases.py)
+pytestmark = pytest.mark.serial
+
 MODEL = "timing-model"
 
 

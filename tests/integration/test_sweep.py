@@ -38,6 +38,7 @@ def four_rates(child_runner_module: ChildRunner, tmp_path_factory: pytest.TempPa
     return run, out
 
 
+@pytest.mark.serial
 def test_four_rates_give_four_points_that_agree_with_their_results(four_rates) -> None:
     run, out = four_rates
     data = read_sweep(out)
@@ -77,6 +78,7 @@ def _virtual_goodput(prompts: list[int], rate: float, slo_s: float) -> float:
     return float(np.mean([times[0] - arrival <= slo_s for times, (arrival, _, _) in zip(emitted, requests, strict=True)]))
 
 
+@pytest.mark.serial
 def test_slo_search_finds_the_models_knee_within_its_precision(child_runner: ChildRunner, tmp_path: Path) -> None:
     out = tmp_path / "search"
     run = sweep(child_runner, out, "--slo", "ttft:300", "--goodput-target", "0.9", "--num-prompts", "30",
@@ -121,7 +123,8 @@ def _counts(data: dict) -> list[tuple]:
 @pytest.fixture(scope="module")
 def two_processes(child_runner_module: ChildRunner, tmp_path_factory: pytest.TempPathFactory):
     base = tmp_path_factory.mktemp("procs")
-    args = ("--request-rates", "10,20", "--num-prompts", "16", "--sim-args", "--profile h100-llama-8b",
+    args = ("--request-rates", "10,20", "--num-prompts", "16", "--sharegpt-output-len", "32",
+            "--sim-args", "--profile h100-llama-8b",
             "--label", "h100")
     one = sweep(child_runner_module, base / "one", *args)
     two = sweep(child_runner_module, base / "two", *args, "--processes", "2")
@@ -141,6 +144,7 @@ def test_two_processes_give_the_same_points_and_counts(two_processes) -> None:
     assert ids[0] == ids[2] and ids[1] == ids[3]
 
 
+@pytest.mark.serial
 def test_compare_of_two_sweeps_draws_both_curves(four_rates, two_processes, child_runner: ChildRunner,
                                                  tmp_path: Path) -> None:
     _run, tiny = four_rates
@@ -199,6 +203,7 @@ def test_bad_flags_are_one_line_and_exit_2(flags: tuple[str, ...], message: str,
     assert not (tmp_path / "bad" / "sweep.json").exists()
 
 
+@pytest.mark.serial
 def test_report_renders_a_real_sweep(four_rates, child_runner: ChildRunner, tmp_path: Path) -> None:
     _run, out = four_rates
     report = tmp_path / "report"

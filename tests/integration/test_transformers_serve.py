@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -17,9 +18,17 @@ from pathlib import Path
 import pytest
 from support import end_process, free_port
 
-pytest.importorskip("torch")
-pytest.importorskip("fastapi")  # transformers[serving]
-pytest.importorskip("uvicorn")
+#: a real engine: torch (the local CPU wheel) and transformers[serving], which .ci/run installs
+pytestmark = pytest.mark.needs("transformers-serve")
+
+
+def require_serving() -> None:
+    """Skip (saying what is missing) without torch, fastapi or uvicorn; found without importing them, so
+    collecting this module stays cheap."""
+    for module, why in (("torch", "pip install torch==2.13.0 (the CPU wheel)"),
+                        ("fastapi", "pip install 'transformers[serving]'"), ("uvicorn", "pip install 'transformers[serving]'")):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"{module} is not installed ({why})")
 
 PROMPTS = 8
 OUT_LEN = 16
@@ -83,6 +92,7 @@ def transformers_cli() -> list[str]:
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory) -> Iterator[tuple[str, Path]]:
     """``transformers serve DIR --host 127.0.0.1 --port P --device cpu``; stopped by PID at teardown."""
+    require_serving()
     tmp = tmp_path_factory.mktemp("engine")
     model_dir = tmp / "tiny-llama"
     build_model(model_dir)

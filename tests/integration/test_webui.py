@@ -136,6 +136,7 @@ def browser():
     return sync_playwright
 
 
+@pytest.mark.needs("chromium")
 def test_llm_tab_in_browser(start_sim, start_web, tmp_path: Path) -> None:
     sync_playwright = browser()
     from llmload.metrics import METRIC_NAMES, compute_metrics

@@ -67,6 +67,7 @@ def shown_turns(page) -> list[list[str]]:
                          ".map(tr => [...tr.children].map(td => td.textContent))")
 
 
+@pytest.mark.needs("chromium")
 def test_tab_draws_the_turn_table() -> None:
     try:
         from playwright.sync_api import sync_playwright

@@ -66,6 +66,7 @@ def test_the_k8s_directory_is_what_the_builders_write(tmp_path: Path) -> None:
             f"k8s/{relative} is stale: python -m llmload.k8s.generate"
 
 
+@pytest.mark.needs("kubectl")
 def test_every_manifest_validates_strictly(capsys: pytest.CaptureFixture[str]) -> None:
     import kubernetes_validate
 
@@ -80,6 +81,7 @@ def pod_specs(docs: list[dict]) -> list[dict]:
     return [d["spec"]["template"]["spec"] for d in docs if d["kind"] in ("Job", "Deployment")]
 
 
+@pytest.mark.needs("kubectl")
 def test_no_pod_runs_as_root_or_mounts_a_secret_and_every_container_asks_for_resources(
         capsys: pytest.CaptureFixture[str]) -> None:
     for source, docs in all_manifests(capsys).items():
