@@ -249,6 +249,15 @@ def test_master_sigtermed_mid_run_saves_partial_result_and_workers_exit(procs, t
 
 # -- the result directory cannot be written ----------------------------------------------------------------
 
+def _can_create_in(directory: Path) -> bool:
+    try:
+        (directory / "probe").mkdir()
+    except OSError:
+        return False
+    (directory / "probe").rmdir()
+    return True
+
+
 @pytest.mark.parametrize("case", ["file-as-parent", "no-write-permission"])
 def test_unwritable_result_dir_fails_before_any_request(start_sim, tmp_path: Path, case: str) -> None:
     trace = tmp_path / "sim.jsonl"
@@ -258,11 +267,15 @@ def test_unwritable_result_dir_fails_before_any_request(start_sim, tmp_path: Pat
         parent.write_text("not a directory\n")
         result_dir = parent / "sub"
     else:
-        if os.geteuid() == 0:
-            pytest.skip("running as root: a directory without write permission can still be written")
         parent = tmp_path / "readonly"
         parent.mkdir()
         parent.chmod(0o555)
+        if os.geteuid() == 0:
+            # root writes through permission bits; an immutable directory (chattr +i) it cannot write into
+            made = subprocess.run(["chattr", "+i", str(parent)], capture_output=True, text=True)
+            if made.returncode != 0 or _can_create_in(parent):
+                subprocess.run(["chattr", "-i", str(parent)], capture_output=True)
+                pytest.skip(f"running as root and this filesystem has no immutable directories: {made.stderr}")
         result_dir = parent / "sub"
     argv = [*llmload_command(), "bench", "--base-url", sim.url, "--tokenizer", "builtin", "--num-prompts", "20",
             "--request-rate", "inf", "--save-result", "--result-dir", str(result_dir), "--disable-tqdm"]
@@ -271,6 +284,8 @@ def test_unwritable_result_dir_fails_before_any_request(start_sim, tmp_path: Pat
                               stdin=subprocess.DEVNULL)
     finally:
         if case != "file-as-parent":
+            if os.geteuid() == 0:
+                subprocess.run(["chattr", "-i", str(parent)], capture_output=True)
             parent.chmod(0o755)
     assert proc.returncode == 2, f"exit {proc.returncode}\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}"
     lines = proc.stderr.strip().splitlines()

@@ -87,10 +87,12 @@ def test_reasoning_stream_ttft_and_time_to_first_answer_token(child_runner, star
         line = server[r["request_id"]]
         assert r["reasoning_tokens"] == 6 == line["reasoning_tokens"]
         # the answer starts with the 7th token: the client's gap between its first token and its first answer
-        # token is the server's gap between sending them (10 ms x 6), give or take scheduling noise
+        # token is the server's gap between sending them, give or take scheduling noise. (The simulator keeps
+        # an absolute schedule, 10 ms x 6 apart, so a first chunk sent late on a busy machine shortens the gap:
+        # only that there is one is checked of the server.)
         client_gap = r["first_answer_token"] - r["first_token"]
         server_gap = line["chunks"][6] - line["chunks"][0]
-        assert server_gap >= 0.05 and abs(client_gap - server_gap) < 0.025, (client_gap, server_gap)
+        assert server_gap >= 0.01 and abs(client_gap - server_gap) < 0.025, (client_gap, server_gap)
         assert r["reasoning_text"] and r["reasoning_text"] not in r["generated_text"]
     # reasoning stays out of the history without --keep-reasoning
     for line in server.values():

@@ -58,24 +58,30 @@ def test_stored_series_agree_with_the_engine_and_feed_the_summary(child_runner, 
     assert "Server metrics" in run.stdout and "Peak waiting requests" in run.stdout
 
 
-@pytest.mark.serial
-def test_twice_the_capacity_is_saturated_and_half_is_not(child_runner, start_sim):
+def test_twice_the_capacity_is_saturated(child_runner, start_sim):
+    """Robust on a busy machine: a slower engine is only more saturated."""
     sim = start_sim(*CAPACITY_SIM)
-    verdicts = {}
-    for name, rate, prompts in (("twice", 2 * CAPACITY_RPS, 100), ("half", CAPACITY_RPS / 2, 32)):
-        run = child_runner.bench("--base-url", sim.url, *WORKLOAD, "--num-prompts", str(prompts), "--request-rate",
-                                 str(rate), "--saturation-window", "3", timeout=240)
-        assert run.returncode == 0, run.describe()
-        verdicts[name] = (run.result()["saturation"], run.stdout)
-    twice, stdout = verdicts["twice"]
+    run = child_runner.bench("--base-url", sim.url, *WORKLOAD, "--num-prompts", "100", "--request-rate",
+                             str(2 * CAPACITY_RPS), "--saturation-window", "3", timeout=240)
+    assert run.returncode == 0, run.describe()
+    twice = run.result()["saturation"]
     assert twice["saturated"] and twice["since_s"] < 10, twice
-    assert "THE SERVER WAS SATURATED" in stdout
-    half, stdout = verdicts["half"]
-    assert not half["saturated"], half
-    assert "SATURATED" not in stdout
+    assert "THE SERVER WAS SATURATED" in run.stdout
 
 
 @pytest.mark.serial
+def test_half_the_capacity_is_not_saturated(child_runner, start_sim):
+    """Alone: on a busy machine the simulated engine itself slows down, and half its quiet capacity may be
+    all of its loaded one."""
+    sim = start_sim(*CAPACITY_SIM)
+    run = child_runner.bench("--base-url", sim.url, *WORKLOAD, "--num-prompts", "32", "--request-rate",
+                             str(CAPACITY_RPS / 2), "--saturation-window", "3", timeout=240)
+    assert run.returncode == 0, run.describe()
+    half = run.result()["saturation"]
+    assert not half["saturated"], half
+    assert "SATURATED" not in run.stdout
+
+
 def test_stop_on_saturation_ends_the_run_early(child_runner, start_sim):
     sim = start_sim(*CAPACITY_SIM)
     prompts = 300  # ~33 s of arrivals at twice the capacity; saturation is seen within ~10 s
@@ -103,7 +109,6 @@ def test_no_metrics_endpoint_or_a_broken_one_never_fails_the_run(child_runner, s
     assert not series_path_for(off.records_path()).exists()
 
 
-@pytest.mark.serial
 def test_locust_headless_scrapes_and_stops_on_saturation(child_runner, start_sim, tmp_path):
     sim = start_sim(*CAPACITY_SIM)
     records = tmp_path / "records.jsonl"

@@ -183,12 +183,14 @@ class ProcessWatcher(threading.Thread):
         self.ps_listings += 1
 
     def run(self) -> None:
+        # /proc 10 times a second (the test's processes live for seconds), ps every 2 s: each listing reads
+        # every process of the machine, xdist's included
         while not self.halt.is_set():
             self.scan()
             self.scans += 1
-            if self.scans % 5 == 0:
+            if self.scans % 20 == 0:
                 self.ps()
-            self.halt.wait(0.05)
+            self.halt.wait(0.1)
 
     def stop(self) -> None:
         self.halt.set()
