@@ -88,11 +88,13 @@ def _accuracy(child_runner, start_sim, tmp_path: Path, prompts: int, concurrency
         assert np.percentile(err, 99) <= P99_BOUND_MS, f"{name} off by {np.percentile(err, 99):.2f} ms at p99\n{report}"
 
 
+@pytest.mark.slow
 def test_accuracy_moderate_load(child_runner, start_sim, tmp_path: Path) -> None:
     """Issue 3's check: 64 prompts, 32 in flight, against fixed timing."""
     _accuracy(child_runner, start_sim, tmp_path, prompts=64, concurrency=32)
 
 
+@pytest.mark.slow
 def test_accuracy_light_load(child_runner, start_sim, tmp_path: Path) -> None:
     """The same comparison with 4 in flight: separates a measuring bug from a client that is too slow."""
     _accuracy(child_runner, start_sim, tmp_path, prompts=12, concurrency=4)
@@ -106,6 +108,7 @@ START_PROMPTS, START_CONCURRENCY, START_OUT_LEN = 12, 2, 8
 START_BOUND_S = 0.1
 
 
+@pytest.mark.slow
 def test_start_is_when_the_request_went_out(child_runner, start_sim, tmp_path: Path) -> None:
     """The start side of TTFT: the record's ``start`` (perf_counter, CLOCK_MONOTONIC) is just before the
     simulator received that request (its trace, same clock), also for requests that queued for a slot."""

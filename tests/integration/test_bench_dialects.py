@@ -74,6 +74,7 @@ CLEAN_CASES = {
 
 
 @pytest.mark.parametrize("case", list(CLEAN_CASES))
+@pytest.mark.slow
 def test_dialect_parsed(child_runner, sims, case: str) -> None:
     backend, sim_flags, flags = CLEAN_CASES[case]
     run, trace = bench_against(child_runner, sims, (*TIMING, *sim_flags), "--backend", backend, *flags)
@@ -104,6 +105,7 @@ def test_dialect_parsed(child_runner, sims, case: str) -> None:
         assert sources == {"tokenizer": PROMPTS}, "TensorRT-LLM's stream has no token counts"
 
 
+@pytest.mark.slow
 def test_transformers_vllm_ttft_rule_counts_role_chunk(child_runner, sims) -> None:
     """--ttft-rule vllm takes transformers serve's early role chunk as the first token: TTFT far below the
     real 200 ms. This is the rule difference docs/design.md "Metric definitions" describes."""
@@ -131,6 +133,7 @@ FAULT_CASES = {
 
 
 @pytest.mark.parametrize("case", list(FAULT_CASES))
+@pytest.mark.slow
 def test_faults_counted_as_failures(child_runner, start_sim, tmp_path: Path, case: str) -> None:
     backend, fault_flags, flags = FAULT_CASES[case]
     rate = float(fault_flags[-1])

@@ -118,6 +118,7 @@ def test_unreachable_server(child_runner) -> None:
     assert "127.0.0.1:1" in message
 
 
+@pytest.mark.slow
 def test_server_answers_404(child_runner, not_found_server) -> None:
     url, _ = not_found_server
     assert "404" in one_line_error(child_runner.bench("--base-url", url, "--tokenizer", "builtin"), 1)
@@ -140,6 +141,7 @@ def _assert_secret_absent(run) -> None:
             assert SECRET.encode() not in path.read_bytes(), f"the API key was written into {path}"
 
 
+@pytest.mark.slow
 def test_api_key_sent_but_never_printed_or_saved(child_runner, start_sim, not_found_server) -> None:
     # a successful run with every output switched on
     sim = start_sim("--ttft-ms", "5", "--itl-ms", "1")

@@ -231,6 +231,7 @@ def vllm_like_run(child_runner_module, sim):
 
 # -- the summary block ----------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_summary_labels_all_options(main_run) -> None:
     labels, _ = block_labels(vllm_block(main_run.stdout))
     want = expected_lines(metrics=["ttft", "tpot", "itl", "e2el"], percentiles=MAIN_PERCENTILES, goodput=True,
@@ -238,6 +239,7 @@ def test_summary_labels_all_options(main_run) -> None:
     assert labels == want
 
 
+@pytest.mark.slow
 def test_summary_labels_defaults(default_run) -> None:
     labels, _ = block_labels(vllm_block(default_run.stdout))
     assert labels == expected_lines(metrics=["ttft", "tpot", "itl"], percentiles=[99.0], goodput=False,
@@ -282,6 +284,7 @@ def test_json_keys_all_options(main_run) -> None:
     assert data["burstiness"] == 1.0
 
 
+@pytest.mark.slow
 def test_json_has_vllm_keys_with_vllm_types(vllm_like_run) -> None:
     """Every key of a real vLLM --save-result --save-detailed file, with the same JSON type (lists: the same
     item types), in ours from the same options; an infinite rate as the string "inf", as vLLM writes it."""
@@ -372,6 +375,7 @@ def test_default_result_filename(default_run, main_run) -> None:
 # -- open-loop arrivals ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("burstiness", "seed"), [(1.0, 7), (0.5, 3)])
+@pytest.mark.slow
 def test_request_rate_follows_vllm_schedule(child_runner, sim, burstiness: float, seed: int) -> None:
     n, rate = 20, 20.0
     run = child_runner.bench("--base-url", sim.url, "--tokenizer", "builtin", "--num-prompts", n, "--seed", seed,

@@ -311,6 +311,7 @@ def _limit_file_size(limit: int) -> Callable[[], None]:
     return preexec
 
 
+@pytest.mark.slow
 def test_disk_full_while_writing_records(start_sim, procs, tmp_path: Path) -> None:
     sim = start_sim("--ttft-ms", "5", "--itl-ms", "2")
 

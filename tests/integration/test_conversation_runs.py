@@ -38,6 +38,7 @@ def ttft_by_turn(records: list[dict]) -> dict[int, float]:
     return {turn: median(v) for turn, v in by_turn.items()}
 
 
+@pytest.mark.slow
 def test_prefix_cache_makes_later_turns_cheaper_and_cached_tokens_match_the_server(child_runner, start_sim,
                                                                                      tmp_path):
     dataset = write_conversations(tmp_path / "docs.json", document_conversations(6))
@@ -73,6 +74,7 @@ def test_prefix_cache_makes_later_turns_cheaper_and_cached_tokens_match_the_serv
     assert "prefix_cache" not in result
 
 
+@pytest.mark.slow
 def test_reasoning_stream_ttft_and_time_to_first_answer_token(child_runner, start_sim, tmp_path):
     dataset = write_conversations(tmp_path / "conv.json", document_conversations(3))
     trace = tmp_path / "trace.jsonl"
@@ -103,6 +105,7 @@ def test_reasoning_stream_ttft_and_time_to_first_answer_token(child_runner, star
     assert "Reasoning" in run.stdout and "TTFAT" in run.stdout
 
 
+@pytest.mark.slow
 def test_keep_reasoning_puts_it_back_into_the_history(child_runner, start_sim, tmp_path):
     dataset = write_conversations(tmp_path / "conv.json", document_conversations(2))
     trace = tmp_path / "trace.jsonl"
@@ -121,6 +124,7 @@ def test_keep_reasoning_puts_it_back_into_the_history(child_runner, start_sim, t
 
 
 @pytest.mark.parametrize("processes", [(), ("--processes", "2")], ids=["one-process", "processes-2"])
+@pytest.mark.slow
 def test_locust_headless_replays_conversations(child_runner, start_sim, tmp_path, processes):
     dataset = write_conversations(tmp_path / "docs.json", document_conversations(4))
     trace = tmp_path / "trace.jsonl"
@@ -150,6 +154,7 @@ def test_locust_headless_replays_conversations(child_runner, start_sim, tmp_path
 start_web = test_webui.start_web  # the fixture
 
 
+@pytest.mark.slow
 def test_the_llm_tab_shows_per_turn_rows(start_sim, start_web, tmp_path):
     dataset = write_conversations(tmp_path / "docs.json", document_conversations(6))
     sim = start_sim("--ttft-ms", "10", "--itl-ms", "2")

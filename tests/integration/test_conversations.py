@@ -10,6 +10,8 @@ from collections import defaultdict
 from itertools import pairwise
 from pathlib import Path
 
+import pytest
+
 from tests.support import is_run_request, trace_lines
 
 #: fixed timing: 20 ms to the first token, 5 ms between tokens
@@ -60,6 +62,7 @@ def bench(child_runner, sim, dataset: Path, *extra: str, timeout: float = 180):
     return run
 
 
+@pytest.mark.slow
 def test_each_turn_carries_exactly_the_previous_turns_in_order(child_runner, start_sim, tmp_path):
     dataset = write_conversations(tmp_path / "conv.json", plain_conversations(6, 4))
     sim = start_sim(*SIM, "--trace-file", tmp_path / "trace.jsonl")
@@ -78,6 +81,7 @@ def test_each_turn_carries_exactly_the_previous_turns_in_order(child_runner, sta
     assert {r["conversation_turns"] for r in records} == {4}
 
 
+@pytest.mark.slow
 def test_recorded_history_is_byte_identical_across_runs_and_live_history_carries_the_replies(
         child_runner, start_sim, tmp_path):
     dataset = write_conversations(tmp_path / "conv.json", plain_conversations(4, 3))
@@ -99,6 +103,7 @@ def test_recorded_history_is_byte_identical_across_runs_and_live_history_carries
             assert replies[f"{session}:{k}"]  # the simulator's reply, not an empty string
 
 
+@pytest.mark.slow
 def test_think_time_between_turns_is_respected(child_runner, start_sim, tmp_path):
     dataset = write_conversations(tmp_path / "conv.json", plain_conversations(3, 3))
     sim = start_sim(*SIM, "--trace-file", tmp_path / "trace.jsonl")
@@ -112,6 +117,7 @@ def test_think_time_between_turns_is_respected(child_runner, start_sim, tmp_path
     assert all(0.39 <= g < 2.0 for g in gaps), gaps
 
 
+@pytest.mark.slow
 def test_context_cap_ends_or_truncates_conversations(child_runner, start_sim, tmp_path):
     dataset = write_conversations(tmp_path / "conv.json", plain_conversations(4, 6, user_words=40))
     cap = 400
@@ -137,6 +143,7 @@ def test_context_cap_ends_or_truncates_conversations(child_runner, start_sim, tm
             assert all(m[-1]["role"] == "user" and ".5:" in m[-1]["content"] for m in last)
 
 
+@pytest.mark.slow
 def test_odd_conversation_shapes_follow_the_documented_rules(child_runner, start_sim, tmp_path):
     q = words(12, 1)
     shapes = [
@@ -170,6 +177,7 @@ def test_odd_conversation_shapes_follow_the_documented_rules(child_runner, start
     assert all(r["success"] for r in run.records())
 
 
+@pytest.mark.slow
 def test_a_failed_turn_ends_its_conversation(child_runner, start_sim, tmp_path):
     dataset = write_conversations(tmp_path / "conv.json", plain_conversations(20, 4))
     sim = start_sim(*SIM, "--trace-file", tmp_path / "trace.jsonl", "--error-rate", "0.3", "--error-codes", "500")
@@ -187,6 +195,7 @@ def test_a_failed_turn_ends_its_conversation(child_runner, start_sim, tmp_path):
     assert result["completed"] + result["failed"] == len(records)
 
 
+@pytest.mark.slow
 def test_bench_multi_turn_one_process_and_two_replay_the_same_conversations(child_runner, start_sim):
     sim = start_sim("--ttft-ms", "5", "--itl-ms", "1")
     turns = {}
@@ -211,6 +220,7 @@ def test_bench_multi_turn_one_process_and_two_replay_the_same_conversations(chil
     assert turns[()] == turns[("--processes", "2")]
 
 
+@pytest.mark.slow
 def test_session_header_names_the_conversation(child_runner, start_sim, tmp_path):
     dataset = write_conversations(tmp_path / "conv.json", plain_conversations(3, 2))
     for header, expected in (("X-Affinity", True), ("", False)):

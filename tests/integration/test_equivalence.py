@@ -77,6 +77,7 @@ def sim(start_sim_module):
     return start_sim_module(*SIM)
 
 
+@pytest.mark.slow
 def test_open_loop_same_in_every_way_in(child_runner, sim, tmp_path: Path) -> None:
     loop = ("--request-rate", str(RATE))
     runs = {mode: run_mode(child_runner, sim.url, mode, ("--arrival", "open", *loop) if "locust" in mode else loop,
@@ -96,6 +97,7 @@ def test_open_loop_same_in_every_way_in(child_runner, sim, tmp_path: Path) -> No
         assert np.median(errors) < 0.5 / RATE and errors.max() < 1.0, (mode, np.median(errors), errors.max())
 
 
+@pytest.mark.slow
 def test_closed_loop_same_in_every_way_in(child_runner, sim, tmp_path: Path) -> None:
     runs = {}
     for mode in MODES:

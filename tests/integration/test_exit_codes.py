@@ -196,6 +196,7 @@ def test_initial_test_failing_exits_1(start_sim, child_runner) -> None:
     _assert_one_error(run, mentions="initial test")
 
 
+@pytest.mark.slow
 def test_every_request_failing_exits_1(start_sim, child_runner) -> None:
     sim = start_sim(*FAST_SIM, "--error-rate", "1", "--error-codes", "500")
     run = child_runner.bench("--base-url", sim.url, *SMALL, "--no-initial-test", timeout=60)
@@ -204,6 +205,7 @@ def test_every_request_failing_exits_1(start_sim, child_runner) -> None:
     assert "no request completed" in run.stderr, run.describe()
 
 
+@pytest.mark.slow
 def test_silent_server_fails_on_read_timeout_exits_1(silent_server: SilentServer, child_runner) -> None:
     """Old behaviour: no --read-timeout; a silent server held the initial test for 600 s without a word."""
     started = time.monotonic()
@@ -221,6 +223,7 @@ GATE_RUN = ("--tokenizer", "builtin", "--dataset-name", "random", "--random-inpu
 
 
 @pytest.mark.parametrize(("share", "code"), [("0.05", 3), ("0.5", 0)])
+@pytest.mark.slow
 def test_fail_on_error_rate(start_sim, child_runner, share: str, code: int) -> None:
     """30 % of requests fail (8 of 40 with this seed): above 5 % misses the gate, below 50 % passes it."""
     sim = start_sim(*FAST_SIM, "--error-rate", "0.3", "--error-codes", "500")
@@ -234,6 +237,7 @@ def test_fail_on_error_rate(start_sim, child_runner, share: str, code: int) -> N
 
 
 @pytest.mark.parametrize(("slo", "code"), [("ttft:1", 3), ("ttft:60000", 0)])
+@pytest.mark.slow
 def test_fail_on_slo(start_sim, child_runner, slo: str, code: int) -> None:
     """A 50 ms TTFT misses a 1 ms SLO on every request, and meets a 60 s one."""
     sim = start_sim("--ttft-ms", "50", "--itl-ms", "2", "--seed", "1")
@@ -252,6 +256,7 @@ SECRET = "pw-secret"
 
 @pytest.mark.parametrize("with_model", [True, False], ids=["--model", "model-from-server"])
 @pytest.mark.parametrize("target", ["unreachable", "silent"])
+@pytest.mark.slow
 def test_password_in_base_url_never_shown(target: str, with_model: bool, silent_server: SilentServer,
                                           child_runner) -> None:
     """Old behaviour: ``user:password@`` was not supported and the password was echoed in the error."""

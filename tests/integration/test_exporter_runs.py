@@ -119,6 +119,7 @@ def check_final(final: dict, records: list[dict], failures_by_kind: dict[str, in
 
 
 @pytest.mark.parametrize("extra", [(), ("--processes", "2")], ids=["single", "processes-2"])
+@pytest.mark.slow
 def test_bench_serves_live_metrics_that_end_equal_to_the_result(start_sim, tmp_path: Path,
                                                                  extra: tuple[str, ...]) -> None:
     sim = start_sim(*SIM)
@@ -143,6 +144,7 @@ def test_bench_serves_live_metrics_that_end_equal_to_the_result(start_sim, tmp_p
 
 
 @pytest.mark.parametrize("extra", [(), ("--processes", "2")], ids=["local", "processes-2"])
+@pytest.mark.slow
 def test_locust_serves_live_metrics_that_end_equal_to_the_records(start_sim, tmp_path: Path,
                                                                   extra: tuple[str, ...]) -> None:
     sim = start_sim(*SIM)

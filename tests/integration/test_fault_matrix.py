@@ -157,6 +157,7 @@ def _run_cells(cells: list[Cell], tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("fault", _params())
+@pytest.mark.slow
 def test_fault_matrix_row(fault: Fault, start_sim, tmp_path: Path) -> None:
     cells = []
     for rate in RATES:
@@ -250,6 +251,7 @@ def _check_cell(fault: Fault, cell: Cell) -> str:
     return f"{kinds}; completed {completed}; exit {cell.returncode}"
 
 
+@pytest.mark.slow
 def test_initial_test_that_fails_exits_1(start_sim, child_runner, tmp_path: Path) -> None:
     """Without --no-initial-test a faulted first request stops bench before the run, with one line and exit 1."""
     sim = start_sim(*TIMING, "--error-rate", "1.0", "--error-codes", "503")
@@ -265,6 +267,7 @@ def _sim_requests(url: str) -> int:
         return int(json.loads(resp.read())["requests"])
 
 
+@pytest.mark.slow
 def test_cut_off_in_flight_and_waiting_are_counted(start_sim, tmp_path: Path) -> None:
     """SIGINT while requests are stalled in flight and others wait for a --max-concurrency slot: every one is
     cut off, counted as ``cut_off`` (in the JSON, the records and the summary), and the run exits 130."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 LOCUSTFILE = "locustfiles/sharegpt.py"
 
 
@@ -12,6 +14,7 @@ LOCUSTFILE = "locustfiles/sharegpt.py"
 FAST = ("--ttft-ms", "5", "--itl-ms", "1")
 
 
+@pytest.mark.slow
 def test_locust_with_only_host(child_runner, start_sim) -> None:
     sim = start_sim(*FAST)
     run = child_runner.locust("-f", LOCUSTFILE, "--host", sim.url, "--headless", "-u", "4", "-t", "10s",
@@ -22,6 +25,7 @@ def test_locust_with_only_host(child_runner, start_sim) -> None:
     assert "cannot load tokenizer" not in run.stderr
 
 
+@pytest.mark.slow
 def test_bench_with_only_base_url(child_runner, start_sim) -> None:
     sim = start_sim(*FAST)
     run = child_runner.bench("--base-url", sim.url, timeout=240)

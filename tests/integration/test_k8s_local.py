@@ -84,6 +84,7 @@ class Cluster:
         return [*tool, *argv[1:]], env
 
 
+@pytest.mark.slow
 def test_rendered_headless_jobs_run_a_master_and_workers(start_sim, tmp_path: Path,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     sim = start_sim("--ttft-ms", "20", "--itl-ms", "5")
@@ -111,6 +112,7 @@ def test_rendered_headless_jobs_run_a_master_and_workers(start_sim, tmp_path: Pa
     assert "sk-local-test" not in result.read_text() + out.read_text() + err.read_text()
 
 
+@pytest.mark.slow
 def test_rendered_web_ui_serves_and_runs_a_swarm_on_its_workers(start_sim, tmp_path: Path,
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     sim = start_sim("--ttft-ms", "20", "--itl-ms", "5")

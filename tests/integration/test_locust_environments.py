@@ -8,6 +8,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from support import offline_env
 
 #: the listeners llmload adds: its options, and one per event it uses (the LLM tab adds init and test_start)
@@ -98,6 +99,7 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.slow
 def test_two_environments_do_not_share_records(start_sim) -> None:
     sim = start_sim("--ttft-ms", "5", "--itl-ms", "2")
     proc = subprocess.run([sys.executable, "-c", _TWO_ENVIRONMENTS, sim.url], capture_output=True, text=True,

@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from support import CLOCK_SLACK_S
 
 LOCUSTFILE = "locustfiles/sharegpt.py"
@@ -35,6 +36,7 @@ def by_client_id(trace_path: Path) -> dict[str, list[dict]]:
 # times that on a loaded machine), so the runs are given 8 s to be sure to stream for a while.
 
 
+@pytest.mark.slow
 def test_headless_run_with_flags(child_runner, start_sim, tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
     sim = start_sim("--ttft-ms", "20", "--itl-ms", "5", "--trace-file", str(trace))
@@ -71,6 +73,7 @@ def test_headless_run_with_flags(child_runner, start_sim, tmp_path: Path) -> Non
     assert len({r["request_id"] for r in records}) <= 20
 
 
+@pytest.mark.slow
 def test_options_from_environment(child_runner, start_sim, tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
     sim = start_sim("--ttft-ms", "10", "--itl-ms", "2", "--trace-file", str(trace))

@@ -42,6 +42,7 @@ def count(section: str, label: str) -> float:
                                   ("--arrival", "open", "--request-rate", "40", "--processes", "2"),
                                   ("--arrival", "closed", "-u", "8", "-r", "100")],
                          ids=["open", "open-2-processes", "closed"])
+@pytest.mark.slow
 def test_metrics_and_goodput_by_user_class(child_runner, start_sim, tmp_path: Path, loop: tuple[str, ...]) -> None:
     sim = start_sim("--ttft-ms", "10", "--itl-ms", "2")
     locustfile = tmp_path / "mixed.py"

@@ -25,6 +25,7 @@ def engine_states(path) -> tuple[list[float], list[dict]]:
     return [e["t"] for e in lines], lines
 
 
+@pytest.mark.slow
 def test_stored_series_agree_with_the_engine_and_feed_the_summary(child_runner, start_sim, tmp_path):
     engine_trace = tmp_path / "engine.jsonl"
     sim = start_sim(*CAPACITY_SIM, "--engine-trace", engine_trace)
@@ -58,6 +59,7 @@ def test_stored_series_agree_with_the_engine_and_feed_the_summary(child_runner, 
     assert "Server metrics" in run.stdout and "Peak waiting requests" in run.stdout
 
 
+@pytest.mark.slow
 def test_twice_the_capacity_is_saturated(child_runner, start_sim):
     """Robust on a busy machine: a slower engine is only more saturated."""
     sim = start_sim(*CAPACITY_SIM)
@@ -70,6 +72,7 @@ def test_twice_the_capacity_is_saturated(child_runner, start_sim):
 
 
 @pytest.mark.serial
+@pytest.mark.slow
 def test_half_the_capacity_is_not_saturated(child_runner, start_sim):
     """Alone: on a busy machine the simulated engine itself slows down, and half its quiet capacity may be
     all of its loaded one."""
@@ -82,6 +85,7 @@ def test_half_the_capacity_is_not_saturated(child_runner, start_sim):
     assert "SATURATED" not in run.stdout
 
 
+@pytest.mark.slow
 def test_stop_on_saturation_ends_the_run_early(child_runner, start_sim):
     sim = start_sim(*CAPACITY_SIM)
     prompts = 300  # ~33 s of arrivals at twice the capacity; saturation is seen within ~10 s
@@ -96,6 +100,7 @@ def test_stop_on_saturation_ends_the_run_early(child_runner, start_sim):
     assert "Stopped on saturation" in run.stdout and "--stop-on-saturation" in run.stderr
 
 
+@pytest.mark.slow
 def test_no_metrics_endpoint_or_a_broken_one_never_fails_the_run(child_runner, start_sim, tmp_path):
     sim = start_sim("--ttft-ms", "5", "--itl-ms", "1")
     named = child_runner.bench("--base-url", sim.url, *WORKLOAD, "--num-prompts", "5",
@@ -109,6 +114,7 @@ def test_no_metrics_endpoint_or_a_broken_one_never_fails_the_run(child_runner, s
     assert not series_path_for(off.records_path()).exists()
 
 
+@pytest.mark.slow
 def test_locust_headless_scrapes_and_stops_on_saturation(child_runner, start_sim, tmp_path):
     sim = start_sim(*CAPACITY_SIM)
     records = tmp_path / "records.jsonl"

@@ -36,6 +36,7 @@ def _same(a: object, b: object) -> bool:
     return a == b
 
 
+@pytest.mark.slow
 def test_parquet_records_read_back_like_jsonl(child_runner, tmp_path: Path) -> None:
     run = child_runner.bench(*WORKLOAD, "--records-format", "parquet", "--result-dir", str(tmp_path / "parquet"))
     assert run.returncode == 0, run.describe()

@@ -479,6 +479,7 @@ def test_master_on_every_interface_with_a_secret_needs_a_cluster_token(procs, tm
     assert trace_lines(trace) == [], "requests were sent before the check"
 
 
+@pytest.mark.slow
 def test_password_in_base_url_is_hidden_from_ps(procs, tmp_path: Path) -> None:
     sim_url = start_sim(procs, "sim")
     password = f"pw{secrets.token_hex(12)}"

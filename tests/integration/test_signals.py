@@ -318,6 +318,7 @@ def _assert_accounted(result: dict, records: list[dict], num_prompts: int, sig: 
 
 @pytest.mark.parametrize(("sig", "processes"), [(signal.SIGINT, 1), (signal.SIGTERM, 2)],
                          ids=["SIGINT-1-process", "SIGTERM-2-processes"])
+@pytest.mark.slow
 def test_signal_mid_run_saves_partial_result(bench, tmp_path: Path, sig: int, processes: int) -> None:
     """Old behaviour: exit 0, and the result JSON did not say the run was interrupted."""
     extra = ("--processes", str(processes)) if processes > 1 else ()
@@ -344,6 +345,7 @@ LONG_REQUESTS = ("--sim-args", "--ttft-ms 100 --itl-ms 50", "--dataset-name", "r
 
 @pytest.mark.parametrize("processes", [1, 2], ids=["1-process", "2-processes"])
 @pytest.mark.parametrize("stop_timeout", [3, 0])
+@pytest.mark.slow
 def test_stop_timeout_honoured(bench, tmp_path: Path, processes: int, stop_timeout: int) -> None:
     """SIGTERM while 5 s requests are in flight: bench waits --stop-timeout for them, then cuts them off.
     Old behaviour: ``--processes 2`` ignored the stop timeout (exited after 0.9 s); interrupted runs exited 0."""
@@ -375,6 +377,7 @@ VERY_LONG_REQUESTS = tuple("400" if i == LONG_REQUESTS.index("--random-output-le
 
 @pytest.mark.parametrize(("sig", "processes"), [(signal.SIGINT, 1), (signal.SIGTERM, 2)],
                          ids=["SIGINT-1-process", "SIGTERM-2-processes"])
+@pytest.mark.slow
 def test_second_signal_while_draining_exits_now(bench, tmp_path: Path, sig: int, processes: int) -> None:
     """Old behaviour: a second Ctrl-C did not force an exit (bench waited the whole stop timeout)."""
     extra = ("--processes", str(processes)) if processes > 1 else ()
@@ -401,6 +404,7 @@ def test_second_signal_while_draining_exits_now(bench, tmp_path: Path, sig: int,
 
 
 @pytest.mark.parametrize("processes", [1, 2], ids=["1-process", "2-processes"])
+@pytest.mark.slow
 def test_sigkill_takes_the_children_along(bench, processes: int) -> None:
     """Old behaviour: the simulator (and workers) were orphaned, still holding their ports."""
     extra = ("--processes", str(processes)) if processes > 1 else ()

@@ -43,6 +43,7 @@ TTFT_S, ITL_S = 0.050, 0.020
 MEDIAN_TOL_S = ITL_S / 4
 
 
+@pytest.mark.slow
 def test_fixed_timing_matches_flags(start_sim, raw_http):
     sim = start_sim("--ttft-ms", f"{TTFT_S * 1000:g}", "--itl-ms", f"{ITL_S * 1000:g}", "--model", MODEL)
     max_tokens = 8

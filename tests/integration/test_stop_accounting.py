@@ -63,6 +63,7 @@ def check(text: str, records: list[dict], sent_to_server: set[str]) -> None:
 
 
 @pytest.mark.parametrize("processes", [0, 2])
+@pytest.mark.slow
 def test_bench_stopped_by_sigint(start_sim, tmp_path: Path, processes: int) -> None:
     trace = tmp_path / "trace.jsonl"
     sim = start_sim("--ttft-ms", "20", "--itl-ms", "10", "--trace-file", str(trace))
@@ -87,6 +88,7 @@ def test_bench_stopped_by_sigint(start_sim, tmp_path: Path, processes: int) -> N
 
 
 @pytest.mark.parametrize("processes", [0, 2])
+@pytest.mark.slow
 def test_locust_stopped_by_run_time(child_runner, start_sim, tmp_path: Path, processes: int) -> None:
     trace = tmp_path / "trace.jsonl"
     sim = start_sim("--ttft-ms", "20", "--itl-ms", "10", "--trace-file", str(trace))

@@ -41,6 +41,7 @@ def four_rates(child_runner_module: ChildRunner, tmp_path_factory: pytest.TempPa
 
 
 @pytest.mark.serial
+@pytest.mark.slow
 def test_four_rates_give_four_points_that_agree_with_their_results(four_rates) -> None:
     run, out = four_rates
     data = read_sweep(out)
@@ -81,6 +82,7 @@ def _virtual_goodput(prompts: list[int], rate: float, slo_s: float) -> float:
 
 
 @pytest.mark.serial
+@pytest.mark.slow
 def test_slo_search_finds_the_models_knee_within_its_precision(child_runner: ChildRunner, tmp_path: Path) -> None:
     out = tmp_path / "search"
     run = sweep(child_runner, out, "--slo", "ttft:300", "--goodput-target", "0.9", "--num-prompts", "30",
@@ -106,6 +108,7 @@ def test_slo_search_finds_the_models_knee_within_its_precision(child_runner: Chi
     assert "Highest request rate meeting ttft<=300 ms" in run.stdout
 
 
+@pytest.mark.slow
 def test_an_slo_no_rate_meets_is_a_clear_answer(child_runner: ChildRunner, tmp_path: Path) -> None:
     out = tmp_path / "never"
     run = sweep(child_runner, out, "--slo", "ttft:0.001", "--search-start", "20", "--max-points", "3",
@@ -134,6 +137,7 @@ def two_processes(child_runner_module: ChildRunner, tmp_path_factory: pytest.Tem
     return base / "one", base / "two"
 
 
+@pytest.mark.slow
 def test_two_processes_give_the_same_points_and_counts(two_processes) -> None:
     one, two = (read_sweep(p) for p in two_processes)
     assert _counts(one) == _counts(two) == [(10.0, 16, 0), (20.0, 16, 0)]
@@ -199,6 +203,7 @@ def test_bad_flags_are_one_line_and_exit_2(flags: tuple[str, ...], message: str,
 
 
 @pytest.mark.serial
+@pytest.mark.slow
 def test_report_renders_a_real_sweep(four_rates, child_runner: ChildRunner, tmp_path: Path) -> None:
     _run, out = four_rates
     report = tmp_path / "report"

@@ -23,6 +23,7 @@ def read(out: Path, name: str = "sweep.json") -> dict:
     return strict_json((out / name).read_text(), out / name)
 
 
+@pytest.mark.slow
 def test_auto_measures_the_ceiling_then_rates_up_to_it(child_runner: ChildRunner, tmp_path: Path) -> None:
     out = tmp_path / "auto"
     run = sweep(child_runner, out, "--auto", "2", "--num-prompts", "16", "--sim-args", "--profile tiny")
@@ -45,6 +46,7 @@ def in_flight_peak(records: list[dict]) -> int:
     return peak
 
 
+@pytest.mark.slow
 def test_concurrencies_with_warmup_on_two_processes(child_runner: ChildRunner, tmp_path: Path) -> None:
     out = tmp_path / "conc"
     run = sweep(child_runner, out, "--concurrencies", "2,4", "--num-prompts", "12", "--warmup", "4",
@@ -65,6 +67,7 @@ def test_concurrencies_with_warmup_on_two_processes(child_runner: ChildRunner, t
     assert ids[0] == ids[1], "every point measures the same requests after the same warm-up"
 
 
+@pytest.mark.slow
 def test_duration_and_stop_on_saturation_skip_the_higher_loads(child_runner: ChildRunner, tmp_path: Path) -> None:
     out = tmp_path / "sat"
     # ~4.5 req/s of 32-token answers: 1 req/s keeps up, 12 req/s piles requests up
@@ -82,6 +85,7 @@ def test_duration_and_stop_on_saturation_skip_the_higher_loads(child_runner: Chi
     assert "the 1 higher loads are not run" in run.stderr
 
 
+@pytest.mark.slow
 def test_a_signal_stops_the_sweep_and_keeps_the_points(tmp_path: Path) -> None:
     out = tmp_path / "sig"
     # point 2 sends 12 requests over ~2.4 s: the signal, sent as it begins, lands while it runs
@@ -103,6 +107,7 @@ def test_a_signal_stops_the_sweep_and_keeps_the_points(tmp_path: Path) -> None:
     assert stopped["interrupted"] and stopped["not_sent"] > 0
 
 
+@pytest.mark.slow
 def test_a_killed_sweep_keeps_the_points_it_finished(tmp_path: Path) -> None:
     out = tmp_path / "killed"
     argv = [*llmload_command(), "sweep", "-o", str(out), "--disable-tqdm", "--no-figures", "--request-rates",
@@ -117,6 +122,7 @@ def test_a_killed_sweep_keeps_the_points_it_finished(tmp_path: Path) -> None:
     assert (out / data["points"][0]["result_file"]).exists()
 
 
+@pytest.mark.slow
 def test_a_multi_turn_sweep_counts_turns_per_point(child_runner: ChildRunner, tmp_path: Path) -> None:
     out = tmp_path / "turns"
     run = sweep(child_runner, out, "--request-rates", "4,8", "--multi-turn", "--max-turns", "3", "--num-prompts",

@@ -125,6 +125,7 @@ def engine(tmp_path_factory) -> Iterator[tuple[str, Path]]:
         end_process(proc, grace=15.0)
 
 
+@pytest.mark.slow
 def test_bench_against_transformers_serve(child_runner, engine) -> None:
     url, model_dir = engine
     run = child_runner.bench(
@@ -225,6 +226,7 @@ def greedy_reply(model, tokenizer, messages: list[dict]) -> tuple[str, float]:
 
 
 @pytest.mark.parametrize("history", ["recorded", "live"])
+@pytest.mark.slow
 def test_multi_turn_history_against_transformers_serve(child_runner, engine, tmp_path, history) -> None:
     """Each turn of a replayed conversation reaches the engine carrying exactly the previous turns: the dataset's
     replies (recorded) or the engine's own earlier replies (live), checked on the engine's side."""

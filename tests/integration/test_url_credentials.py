@@ -11,6 +11,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import pytest
 from support import offline_env
 
 USER = "alice"
@@ -71,6 +72,7 @@ def _serve() -> tuple[ThreadingHTTPServer, threading.Thread]:
     return server, thread
 
 
+@pytest.mark.slow
 def test_basic_auth_from_the_url_is_sent_and_the_password_never_shown(tmp_path: Path) -> None:
     server, thread = _serve()
     try:

@@ -137,6 +137,7 @@ def browser():
 
 
 @pytest.mark.needs("chromium")
+@pytest.mark.slow
 def test_llm_tab_in_browser(start_sim, start_web, tmp_path: Path) -> None:
     sync_playwright = browser()
     from llmload.metrics import METRIC_NAMES, compute_metrics
@@ -253,6 +254,7 @@ def test_llm_tab_in_browser(start_sim, start_web, tmp_path: Path) -> None:
     assert result["goodput_slos_ms"] == {"ttft": 5000.0}
 
 
+@pytest.mark.slow
 def test_distributed_workers_feed_the_tab(start_sim, start_web) -> None:
     sim = start_sim("--ttft-ms", "30", "--itl-ms", "20")
     master = str(free_port())
@@ -291,6 +293,7 @@ def test_distributed_workers_feed_the_tab(start_sim, start_web) -> None:
     assert len(lines) == web.stats()["run"]["requests"]
 
 
+@pytest.mark.slow
 def test_routes_need_login_when_web_login_is_on(start_web) -> None:
     web = start_web(script("locust"), "-f", LOCUSTFILE, "--host", "http://127.0.0.1:9", "--web-login",
                     "--llm-web-credentials", "tester:s3cret", "--request-rate", "1")
@@ -310,6 +313,7 @@ def test_routes_need_login_when_web_login_is_on(start_web) -> None:
     assert browser_like.get("/llm/stats").status_code == 200
 
 
+@pytest.mark.slow
 def test_llmload_ui_starts_and_stops_the_simulator(start_web) -> None:
     web = start_web(script("llmload"), "ui", "--sim-args", "--ttft-ms 5 --itl-ms 1", "--",
                     "--num-prompts", "10", port_flag="--web-port", env={"LLMLOAD_API_KEY": "sekrit-key-123"})

@@ -109,6 +109,7 @@ def test_no_server_metrics_hides_the_panel(start_sim, start_web) -> None:
     web.wait_for("the test to stop", lambda d: d["state"] == "stopped")
 
 
+@pytest.mark.slow
 def test_saturated_banner_and_kv_percent() -> None:
     """The panel from a fixed ``/llm/stats`` body (no Locust): KV usage in %, failures summed, the banner."""
     sync_playwright = browser()

@@ -11,6 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from support import end_process, free_port, llmload_command, offline_env, trace_lines
 
 
@@ -41,6 +42,7 @@ def test_worker_interrupted_while_connecting_exits_130(tmp_path: Path) -> None:
     assert "Traceback" not in text and "interrupted while connecting" in text, text
 
 
+@pytest.mark.slow
 def test_sigterm_to_a_worker_hands_its_unsent_requests_to_the_others(tmp_path: Path, start_sim) -> None:
     trace = tmp_path / "sim-trace.jsonl"
     sim = start_sim("--ttft-ms", "50", "--itl-ms", "20", "--trace-file", str(trace))

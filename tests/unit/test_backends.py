@@ -391,6 +391,7 @@ def test_hypothesis_bytes_never_raise(raw: bytes) -> None:
 
 @FUZZ
 @given(json_values)
+@pytest.mark.slow
 def test_hypothesis_json_shapes_never_raise(value: object) -> None:
     _check_all(orjson.dumps(value))
 

@@ -154,6 +154,7 @@ def test_sharegpt_gzip_is_transparent(labelled, tok, tmp_path):
     assert sample_sharegpt(gz, tok, 20, 9) == sample_sharegpt(path, tok, 20, 9)
 
 
+@pytest.mark.slow
 def test_shipped_sample_resembles_sharegpt_after_filtering(tok):
     path = default_sharegpt_path()
     assert path.parent.parts[-2:] == ("llmload", "data") and path.stat().st_size < 8_000_000

@@ -343,6 +343,7 @@ def test_docs_page_is_generated_from_the_table() -> None:
 # -- the simulator names its tokenizer -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_simulator_names_its_tokenizer_and_describe_server_reads_it(start_sim) -> None:
     from llmload.target import describe_server
     from llmload.tokenizer import builtin_tokenizer_dir

@@ -98,6 +98,7 @@ def test_a_stuck_server_is_saturated_once_past_the_ramp():
     assert verdict.saturated and verdict.since_s >= RULE.window_s * RULE.windows
 
 
+@pytest.mark.slow
 def test_the_observer_stops_a_saturated_run_when_asked():
     import gevent
     from gevent.event import Event
@@ -123,6 +124,7 @@ def test_the_observer_stops_a_saturated_run_when_asked():
     gevent.sleep(0)
 
 
+@pytest.mark.slow
 def test_the_observer_only_reports_without_stop_on_saturation():
     from gevent.event import Event
 

@@ -73,6 +73,7 @@ def _log(suite: pytest.Pytester) -> list[dict]:
     return [json.loads(line) for line in (suite.path / "log.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_serial_tests_run_after_the_parallel_phase_in_one_process(suite: pytest.Pytester) -> None:
     suite.makepyfile(test_mixed=LOGGING_TESTS)
     run = _run(suite, "-n", "2")
@@ -87,6 +88,7 @@ def test_serial_tests_run_after_the_parallel_phase_in_one_process(suite: pytest.
     assert "serial phase: 2 tests" in run.stdout
 
 
+@pytest.mark.slow
 def test_a_failing_serial_test_fails_the_command(suite: pytest.Pytester) -> None:
     suite.makepyfile(test_fail="""
         import pytest
@@ -103,6 +105,7 @@ def test_a_failing_serial_test_fails_the_command(suite: pytest.Pytester) -> None
     assert "on purpose" in run.stdout and "1 passed" in run.stdout
 
 
+@pytest.mark.slow
 def test_without_workers_the_serial_tests_run_in_their_place(suite: pytest.Pytester) -> None:
     suite.makepyfile(test_mixed=LOGGING_TESTS)
     run = _run(suite, "-n", "0")

@@ -138,6 +138,7 @@ def _sample_texts() -> list[str]:
     return [*texts, "", " ", "x", "<s>hello</s> <unk>", "naïve café ☕ 東京\n\n\ttabs  ", "\ufffd\x00"]
 
 
+@pytest.mark.slow
 def test_counting_tokenizer_is_the_transformers_one_without_transformers(tok) -> None:
     """Texts across the shipped sample: the same ids (with and without BOS), offsets, decoded text and special
     ids as transformers' PreTrainedTokenizerFast reading the same files."""
