@@ -6,6 +6,7 @@ import os
 import re
 import selectors
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -232,6 +233,49 @@ class ChildRunner:
     def close(self) -> None:
         for proc in list(self.live):
             end_process(proc)
+
+
+@dataclass
+class CliRun:
+    """``llmload ARGV`` run in this process by its entry function: what a child's run would give."""
+
+    argv: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def describe(self) -> str:
+        return f"$ llmload {' '.join(self.argv)}\nexit code {self.returncode}\n--- stdout ---\n{self.stdout[-3000:]}\n" \
+               f"--- stderr ---\n{self.stderr[-3000:]}"
+
+
+@pytest.fixture
+def cli(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., CliRun]:
+    """``cli("report", path)``: ``llmload.cli.main`` in this process, offline, for usage errors and other runs
+    that end before locust is imported (no interpreter to start, nothing to import again). A command that
+    imports locust fails the test: it monkey-patches this process, so it belongs in a child (``child_runner``).
+    One subprocess per command (``child_runner``) is enough to prove the console script itself."""
+
+    def run(*args: object) -> CliRun:
+        for name in list(os.environ):
+            if name.startswith("LLMLOAD_") or name in ("OPENAI_API_KEY", "HF_ENDPOINT"):
+                monkeypatch.delenv(name)
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+        from llmload.cli import main
+
+        argv = [str(a) for a in args]
+        capfd.readouterr()
+        try:
+            code = main(argv)
+        except SystemExit as exc:  # argparse: --help, usage errors
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        out, err = capfd.readouterr()
+        if "locust" in sys.modules:
+            pytest.fail(f"llmload {' '.join(argv)} imported locust in the test process: run it in a child")
+        return CliRun(argv, code, out, err)
+
+    return run
 
 
 @pytest.fixture

@@ -158,6 +158,8 @@ def _serial_phase(config: pytest.Config, ids: list[str]) -> int:
         f.write("\n".join(ids) + "\n")
     argv = [sys.executable, "-m", "pytest", *config.invocation_params.args, "-n", "0", f"{ONLY_OPTION}={f.name}",
             f"--rootdir={config.rootpath}"]
+    if not config.option.file_or_dir:  # no paths given: collect only the serial tests' files, not the suite
+        argv += sorted({str(config.rootpath / nodeid.split("::", 1)[0]) for nodeid in ids})
     if config.inipath is not None:
         argv.append(f"--config-file={config.inipath}")
     xml = getattr(config.option, "xmlpath", None)

@@ -96,8 +96,8 @@ def test_dataset_empty_after_filtering(child_runner, tmp_path: Path) -> None:
     assert "prompt" in message.lower() or "empty" in message.lower() or "usable" in message.lower(), message
 
 
-def test_unknown_backend(child_runner) -> None:
-    run = child_runner.bench("--base-url", UNREACHABLE, "--backend", "no-such-engine")
+def test_unknown_backend(cli) -> None:
+    run = cli("bench", "--base-url", UNREACHABLE, "--backend", "no-such-engine")
     message = one_line_error(run, 2)
     assert "--backend" in message and "no-such-engine" in message
 

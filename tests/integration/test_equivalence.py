@@ -92,9 +92,10 @@ def test_open_loop_same_in_every_way_in(child_runner, sim, tmp_path: Path) -> No
         np.testing.assert_allclose(intended - intended[0], expected - expected[0],
                                    atol=1e-6 if mode == "locust" else 1e-4, err_msg=mode)
         # and the requests went out on it: start - intended, for the whole run. Off the schedule would be a
-        # median of half a gap (25 ms at 20 req/s) or more; a stuck dispatcher, a send seconds late
+        # median of half a gap (25 ms at 20 req/s) or more; a stuck dispatcher, sends many seconds late (on a
+        # busy machine forked workers may start a second late and catch up)
         errors = np.asarray([r["start"] for r in records]) - intended
-        assert np.median(errors) < 0.5 / RATE and errors.max() < 1.0, (mode, np.median(errors), errors.max())
+        assert np.median(errors) < 0.5 / RATE and errors.max() < 5.0, (mode, np.median(errors), errors.max())
 
 
 @pytest.mark.slow

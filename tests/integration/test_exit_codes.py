@@ -159,8 +159,13 @@ USAGE_ERRORS = {
 }
 
 
+#: the usage errors argparse finds, before bench imports locust: checked in the test process (``cli``)
+PARSE_ERRORS = ("percentile-150", "percentile-abc", "percentile-metric-foo", "stop-timeout-negative",
+                "random-range-ratio-2", "request-rate-abc", "max-turns-zero")
+
+
 @pytest.mark.parametrize("case", list(USAGE_ERRORS))
-def test_usage_error_exits_2_before_any_request(case: str, counting_server: CountingServer, child_runner,
+def test_usage_error_exits_2_before_any_request(case: str, counting_server: CountingServer, child_runner, cli,
                                                 tmp_path: Path) -> None:
     """Old behaviour: some of these were found only after every request was sent, or exited 1, or said
     ``invalid _rate value``."""
@@ -169,9 +174,11 @@ def test_usage_error_exits_2_before_any_request(case: str, counting_server: Coun
     (tmp_path / "bad.jsonl").write_text('{"prompt": "hello"}\n{"prompt": \n')
     flags, mentions = USAGE_ERRORS[case]
     flags = tuple(f.replace("{tmp}", str(tmp_path)) for f in flags)
-    # not child_runner.bench: it would create the --result-dir under test
-    run = child_runner.run([*llmload_command(), "bench", "--base-url", counting_server.url, "--model", "m", *SMALL,
-                            *flags], timeout=60, result_dir=tmp_path)
+    argv = ["bench", "--base-url", counting_server.url, "--model", "m", *SMALL, *flags]
+    if case in PARSE_ERRORS:
+        run = cli(*argv)
+    else:  # found after locust is imported: a child (not child_runner.bench: it would create the --result-dir)
+        run = child_runner.run([*llmload_command(), *argv], timeout=60, result_dir=tmp_path)
     assert run.returncode == 2, run.describe()
     _assert_one_error(run, mentions=mentions)
     assert "invalid _rate value" not in run.stderr, run.describe()

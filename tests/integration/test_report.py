@@ -11,6 +11,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -243,7 +244,7 @@ def test_compare_with_baseline(runs, tmp_path):
         assert float(rows[key]["old-vllm"]) == pytest.approx(float(rows[key]["nostall"]), rel=1e-6), key
 
 
-def _one_line_error(proc: subprocess.CompletedProcess, command: str, *words: str) -> None:
+def _one_line_error(proc: Any, command: str, *words: str) -> None:  # a CompletedProcess or a CliRun
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
     lines = [line for line in proc.stderr.strip().splitlines() if not line.startswith("usage:")]
@@ -252,35 +253,35 @@ def _one_line_error(proc: subprocess.CompletedProcess, command: str, *words: str
         assert word in lines[0], lines[0]
 
 
-def test_bad_input_gives_one_line_errors(runs, tmp_path):
+def test_bad_input_gives_one_line_errors(runs, tmp_path, cli):
     missing = tmp_path / "nope.json"
-    _one_line_error(llmload("report", str(missing), "-o", str(tmp_path / "o")), "report", "nope.json",
+    _one_line_error(cli("report", str(missing), "-o", str(tmp_path / "o")), "report", "nope.json",
                     "no such file")
     neither = tmp_path / "neither.json"
     neither.write_text('{"hello": 1, "items": [1, 2]}')
-    _one_line_error(llmload("report", str(neither), "-o", str(tmp_path / "o")), "report", "neither")
+    _one_line_error(cli("report", str(neither), "-o", str(tmp_path / "o")), "report", "neither")
     not_json = tmp_path / "broken.json"
     not_json.write_text("{not json")
-    _one_line_error(llmload("report", str(not_json), "-o", str(tmp_path / "o")), "report", "not valid JSON")
+    _one_line_error(cli("report", str(not_json), "-o", str(tmp_path / "o")), "report", "not valid JSON")
     a_list = tmp_path / "list.json"
     a_list.write_text("[1, 2, 3]")
-    _one_line_error(llmload("report", str(a_list), "-o", str(tmp_path / "o")), "report", "JSON object")
+    _one_line_error(cli("report", str(a_list), "-o", str(tmp_path / "o")), "report", "JSON object")
 
     data = json.loads(runs["vllm"].read_text())
     n = len(data["ttfts"])
     data.update(ttfts=[0.0] * n, itls=[[] for _ in range(n)], output_lens=[0] * n, errors=["HTTP 500"] * n)
     dead = tmp_path / "dead.json"
     dead.write_text(json.dumps(data))
-    _one_line_error(llmload("compare", str(runs["nostall"]), str(dead), "-o", str(tmp_path / "o")), "compare",
+    _one_line_error(cli("compare", str(runs["nostall"]), str(dead), "-o", str(tmp_path / "o")), "compare",
                     "no successful requests")
 
     orphan = tmp_path / "orphan.json"  # our JSON without its records file or detailed lists
     summary = {k: v for k, v in json.loads(runs["stall"].read_text()).items()
                if k not in ("ttfts", "itls", "input_lens", "output_lens", "generated_texts", "errors")}
     orphan.write_text(json.dumps(summary))
-    _one_line_error(llmload("report", str(orphan), "-o", str(tmp_path / "o")), "report", "records")
+    _one_line_error(cli("report", str(orphan), "-o", str(tmp_path / "o")), "report", "records")
 
-    proc = llmload("compare", str(runs["stall"]), str(runs["nostall"]), "--baseline", "zzz", "-o",
+    proc = cli("compare", str(runs["stall"]), str(runs["nostall"]), "--baseline", "zzz", "-o",
                    str(tmp_path / "o"))
     _one_line_error(proc, "compare", "--baseline")
     assert proc.returncode == 2

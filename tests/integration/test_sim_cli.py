@@ -73,8 +73,8 @@ def test_sim_help_lists_the_flags(run_cli):
     ids=["ttft-without-itl", "itl-without-ttft", "error-rate-1.5", "negative-rate", "rates-over-1",
          "tokens-per-chunk-0", "error-code-200", "bad-dialect", "bad-profile", "negative-ttft"],
 )
-def test_bad_flags_exit_2_with_one_line(run_cli, args, needles):
-    out = run_cli("sim", "--port", "0", *args, timeout=60)
+def test_bad_flags_exit_2_with_one_line(cli, args, needles):
+    out = cli("sim", "--port", "0", *args)  # in this process: each is refused before anything listens
     assert out.returncode == 2, (out.returncode, out.stderr)
     assert "listening" not in out.stdout
     assert_one_error_line(out.stderr, *needles)

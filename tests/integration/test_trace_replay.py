@@ -22,8 +22,9 @@ pytestmark = pytest.mark.slow
 
 TRACE = Path(__file__).resolve().parents[1] / "data" / "azure_conv_excerpt.csv"
 START_S, DURATION_S, SCALE = 0.0, 300.0, 20.0
-#: p99 of |achieved send offset - scaled trace offset|
-BOUND_MS = 50.0
+#: p99 of |achieved send offset - scaled trace offset|: a loaded machine running the suite in parallel was seen at
+#: 135 ms; a wrong schedule is seconds off
+BOUND_MS = 500.0
 #: fixed timing and 16 tokens per chunk: the simulator keeps up with ~100 req/s of ~250-token answers
 SIM_ARGS = "--ttft-ms 5 --itl-ms 2 --tokens-per-chunk 16"
 
