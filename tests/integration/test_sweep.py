@@ -34,7 +34,7 @@ def read_sweep(out: Path) -> dict:
 @pytest.fixture(scope="module")
 def four_rates(child_runner_module: ChildRunner, tmp_path_factory: pytest.TempPathFactory):
     out = tmp_path_factory.mktemp("four") / "sweep"
-    run = sweep(child_runner_module, out, "--request-rates", "4,8,16,32", "--num-prompts", "24",
+    run = sweep(child_runner_module, out, "--request-rates", "8,16,32,64", "--num-prompts", "24",
                 "--sim-args", "--profile tiny", "--slo", "ttft:500", "--label", "tiny")
     assert run.returncode == 0, run.describe()
     return run, out
@@ -47,7 +47,7 @@ def test_four_rates_give_four_points_that_agree_with_their_results(four_rates) -
     data = read_sweep(out)
     rows = data["points"]
     assert data["mode"] == "rates" and len(rows) == 4
-    assert [r["request_rate"] for r in rows] == [4.0, 8.0, 16.0, 32.0]
+    assert [r["request_rate"] for r in rows] == [8.0, 16.0, 32.0, 64.0]
     achieved = [r["achieved_rate"] for r in rows]
     assert achieved == sorted(achieved) and len(set(achieved)) == 4, achieved
     results = sorted(out.glob("point-*.json"))

@@ -18,12 +18,12 @@ from llmload.datasets import (
 from llmload.datasets.base import Turn
 from llmload.datasets.conversations import shared_system_prompt
 from llmload.errors import ConfigError, DatasetError
-from llmload.tokenizer import load_tokenizer
+from llmload.tokenizer import load_counting_tokenizer
 
 
 @pytest.fixture(scope="module")
 def tok():
-    return load_tokenizer("builtin")
+    return load_counting_tokenizer("builtin")
 
 
 def words(n: int) -> str:

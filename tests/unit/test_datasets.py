@@ -20,12 +20,12 @@ from llmload.datasets import (
     sample_sharegpt,
 )
 from llmload.errors import ConfigError, DatasetError
-from llmload.tokenizer import load_tokenizer
+from llmload.tokenizer import load_counting_tokenizer
 
 
 @pytest.fixture(scope="module")
 def tok():
-    return load_tokenizer("builtin")
+    return load_counting_tokenizer("builtin")
 
 
 def words(n: int) -> str:

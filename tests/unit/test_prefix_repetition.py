@@ -9,12 +9,12 @@ import pytest
 
 from llmload.datasets import DATASET_NAMES, load_samples, sample_prefix_repetition
 from llmload.errors import ConfigError, DatasetError
-from llmload.tokenizer import load_tokenizer
+from llmload.tokenizer import load_counting_tokenizer
 
 
 @pytest.fixture(scope="module")
 def tok():
-    return load_tokenizer("builtin")
+    return load_counting_tokenizer("builtin")
 
 
 def count(tok, s: str) -> int:

@@ -12,7 +12,7 @@ import pytest
 from llmload.datasets import load_samples, sample_trace, token_len
 from llmload.datasets.traces import detect_format
 from llmload.errors import ConfigError, DatasetError
-from llmload.tokenizer import load_tokenizer
+from llmload.tokenizer import load_counting_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 #: the first 10 minutes of the Azure LLM inference trace 2023 (conversation), CC BY 4.0: tests/data/README.md
@@ -22,7 +22,7 @@ SHAREGPT_SAMPLE = REPO / "llmload" / "data" / "sharegpt_sample.json.gz"
 
 @pytest.fixture(scope="module")
 def tok():
-    return load_tokenizer("builtin")
+    return load_counting_tokenizer("builtin")
 
 
 def write(path: Path, text: str) -> Path:
