@@ -64,6 +64,10 @@ class RunInterrupts:
         self.count = 0
         self.stop_timeout: float | None = 0.0
         self._previous: dict[int, Any] = {}
+        #: a fork (a child starting) is between its at-fork hooks: an exception raised now would be printed as
+        #: "Exception ignored" and swallowed, so a start-up signal waits for :meth:`raise_if_interrupted`
+        self._forking = False
+        self._fork_hooks = False
 
     @property
     def interrupted(self) -> bool:
@@ -72,7 +76,16 @@ class RunInterrupts:
     def __enter__(self) -> RunInterrupts:
         for sig in _SIGNALS:
             self._previous[sig] = signal.signal(sig, self._handle)
+        if not self._fork_hooks:  # registered last, so "before" runs first and "after" last of all hooks
+            os.register_at_fork(before=self._fork_starts, after_in_parent=self._fork_ends)
+            self._fork_hooks = True
         return self
+
+    def _fork_starts(self) -> None:
+        self._forking = True
+
+    def _fork_ends(self) -> None:
+        self._forking = False
 
     def __exit__(self, *exc: object) -> None:
         for sig, previous in self._previous.items():
@@ -113,6 +126,8 @@ class RunInterrupts:
             os._exit(exit_code(self.signum))
         loop = get_hub().loop
         if self.phase == START_UP:
+            if self._forking:
+                return  # raised by the next raise_if_interrupted, once the child has started
             if greenlet.getcurrent() is self._main:
                 raise Interrupted(signum)
             loop.run_callback_threadsafe(self._main.throw, Interrupted(signum))

@@ -99,6 +99,7 @@ def _bench(plan: RunPlan, interrupts: Any) -> int:
     """The steps of a run; everything started here (simulator, workers) is stopped when the block ends."""
     with ExitStack() as stack:
         target = start_target(plan, stack)
+        interrupts.raise_if_interrupted()  # a signal held while the simulator's process forked
         workload = load_workload(plan, target)
         env = environment(make_user_class(run_config(plan, target)))
         user = env.user_classes[0](env)
