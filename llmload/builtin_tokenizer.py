@@ -5,7 +5,7 @@ given length and count generated text; that is ``__call__``, ``encode``, ``decod
 ``num_special_tokens_to_add`` and ``all_special_ids`` of a transformers tokenizer. For ``--tokenizer builtin``
 (the default against the simulator) :class:`BuiltinTokenizer` gives exactly those, with the numbers
 transformers' ``PreTrainedTokenizerFast`` gives for the same ``tokenizer.json`` (tests/unit/test_tokenizer.py
-compares them on the whole shipped sample), without importing transformers: ~1 s of CPU at every start of
+compares them on texts across the shipped sample), without importing transformers: ~1 s of CPU at every start of
 every bench and simulator process. ``load_tokenizer`` still returns the transformers tokenizer, for user code
 that wants the rest (chat templates, special-token names).
 """
