@@ -101,11 +101,18 @@ def test_open_loop_same_in_every_way_in(child_runner, sim, tmp_path: Path) -> No
         # records reach the master's clock through wall time, which NTP may slew by some ppm: 0.1 ms margin)
         np.testing.assert_allclose(intended - intended[0], expected - expected[0],
                                    atol=1e-6 if mode == "locust" else 1e-4, err_msg=mode)
-        # and the requests went out on it: start - intended, for the whole run. Off the schedule would be a
-        # median of half a gap (25 ms at 20 req/s) or more; a stuck dispatcher, sends many seconds late (on a
-        # busy machine forked workers may start a second late and catch up)
+        # and the requests went out on it: start - intended. Never early; off the schedule would be a median
+        # of half a gap (25 ms at 20 req/s) or more; a stuck dispatcher, sends many seconds late. A worker
+        # forked on a busy machine may start a second late (seen: 1.4 s into this 2 s run), send what is due
+        # at once and be back on the schedule: the median is taken from each worker's first send on
         errors = np.asarray([r["start"] for r in records]) - intended
-        assert np.median(errors) < 0.5 / RATE and errors.max() < 5.0, (mode, np.median(errors), errors.max())
+        assert errors.min() > -0.01 and errors.max() < 5.0, (mode, errors.min(), errors.max())
+        first_send: dict[str, float] = {}
+        for r in records:
+            first_send[r["worker"]] = min(first_send.get(r["worker"], r["start"]), r["start"])
+        on_time = [e for r, e in zip(records, errors, strict=True) if r["intended_send"] >= first_send[r["worker"]]]
+        assert len(on_time) >= 5, (mode, first_send)
+        assert np.median(on_time) < 0.5 / RATE, (mode, np.median(on_time), len(on_time))
 
 
 @pytest.mark.slow

@@ -17,6 +17,9 @@ import numpy as np
 import pytest
 
 from llmload.bench.results import read_records
+from llmload.report.findings import first_itl_stall
+from llmload.report.loader import load_run
+from llmload.report.stats import RunStats
 
 pytestmark = pytest.mark.slow
 
@@ -129,7 +132,10 @@ def test_report_on_a_bench_run(runs, tmp_path):
                    "--goodput", f"ttft:{ttft_limit * 1000:.6f}", f"tpot:{tpot_limit * 1000:.6f}")
     assert proc.returncode == 0, proc.stderr
     assert "TPOT excl. 1st ITL mean (ms)" in proc.stdout
-    assert "first-ITL stall" in proc.stdout
+    # the report says what the finding says (that the finding fires on this run, on a quiet machine:
+    # test_stall_finding_fires_only_with_the_stall; a loaded one can blur a 2 ms engine's stall)
+    stall_found = first_itl_stall(RunStats(load_run(runs["stall"]))) is not None
+    assert ("first-ITL stall" in proc.stdout) is stall_found
     pngs = sorted(out.glob("*.png"))
     # bench scraped the simulator's /metrics: "Server and client over time" too
     assert {p.stem for p in pngs} == {"ttft", "tpot", "itl", "e2el", "timeline", "throughput", "lengths",
@@ -137,7 +143,7 @@ def test_report_on_a_bench_run(runs, tmp_path):
     for p in pngs:
         check_png(p)
     html = check_html(out / "report.html", expect_images=len(pngs))
-    assert "SIMULATED" in html and "first-ITL stall" in html
+    assert "SIMULATED" in html and ("first-ITL stall" in html) is stall_found
     assert "| Metric |" in (out / "report.md").read_text()
 
     rows = read_csv(out / "report.csv")
@@ -157,9 +163,7 @@ def test_report_on_a_bench_run(runs, tmp_path):
 
 @pytest.mark.serial
 def test_stall_finding_fires_only_with_the_stall(runs):
-    from llmload.report.findings import first_itl_stall, run_findings
-    from llmload.report.loader import load_run
-    from llmload.report.stats import RunStats
+    from llmload.report.findings import run_findings
 
     stall, nostall = RunStats(load_run(runs["stall"])), RunStats(load_run(runs["nostall"]))
     # the simulator's stall is real: ITL₁ is many times the later ITLs in the stall run

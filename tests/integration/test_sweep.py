@@ -13,11 +13,12 @@ import pytest
 from tests.conftest import ChildRunner
 from tests.support import llmload_command, offline_env, strict_json
 
-#: the default profile with 4 sequences at once: ~4.4 req/s of 32-token answers, a sharp knee. (The fast profile
-#: searched in 19 s instead of 48 s, but its ~10 ms ITL made points client-limited with one core busy: the read
-#: lag a loaded client may show is a third of the ITL)
+#: the default profile with 8 sequences at once: ~9 req/s of 32-token answers, a sharp knee (with 4 the search
+#: took 48 s alone: every point is 30 requests). The fast profile's ~10 ms ITL made points client-limited with
+#: one core busy: the read lag a loaded client may show is a third of the ITL
 KNEE_PROFILE = "l40-qwen3-8b"
-KNEE_SIM = f"--profile {KNEE_PROFILE} --max-num-seqs 4"
+KNEE_SEQS = 8
+KNEE_SIM = f"--profile {KNEE_PROFILE} --max-num-seqs {KNEE_SEQS}"
 KNEE_WORKLOAD = ("--dataset-name", "random", "--random-input-len", "64", "--random-output-len", "32",
                  "--constant-rate")
 
@@ -79,7 +80,7 @@ def _virtual_goodput(prompts: list[int], rate: float, slo_s: float) -> float:
     from llmload.sim.config import PROFILES
     from llmload.sim.engine import simulate
 
-    profile = dataclasses.replace(PROFILES[KNEE_PROFILE], max_num_seqs=4)
+    profile = dataclasses.replace(PROFILES[KNEE_PROFILE], max_num_seqs=KNEE_SEQS)
     requests = [(i / rate, p, 32) for i, p in enumerate(prompts)]
     emitted = simulate(profile, requests)
     return float(np.mean([times[0] - arrival <= slo_s for times, (arrival, _, _) in zip(emitted, requests, strict=True)]))
@@ -102,7 +103,7 @@ def test_slo_search_finds_the_models_knee_within_its_precision(child_runner: Chi
     prompts = [json.loads(line)["server_prompt_tokens"] for line in first.read_text().splitlines()]
     assert len(prompts) == 30
     # independently: where the model's goodput first falls below the target, on a dense grid
-    grid = np.arange(1.0, 12.0, 0.02)
+    grid = np.arange(1.0, 30.0, 0.02)
     below = [r for r in grid if _virtual_goodput(prompts, r, 0.3) < 0.9]
     assert below, "the model never misses the target on the grid"
     knee = float(below[0])

@@ -16,7 +16,7 @@ from llmload.bench.health import HealthMonitor
 from llmload.transport import Pool, Reactor
 
 HEALTH_KEYS = {"cpu_percent_mean", "cpu_percent_max", "loop_lag_p50_ms", "loop_lag_p99_ms", "loop_lag_max_ms",
-               "schedule_lag_p99_ms", "read_lag_p99_ms", "bottleneck", "reason"}
+               "schedule_lag_p99_ms", "late_sends", "sends", "read_lag_p99_ms", "bottleneck", "reason"}
 
 
 def streams(conn: socket.socket, stop: threading.Event) -> None:
