@@ -6,7 +6,7 @@ from __future__ import annotations
 import hmac
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
@@ -54,6 +54,39 @@ class WorkerState:
     @property
     def name(self) -> str:
         return f"worker{self.index}"
+
+    @property
+    def unsent(self) -> list[int]:
+        """Its requests it has not said it sent and has sent no record of: what another worker may send."""
+        return sorted(self.assigned - self.dispatched - self.received)
+
+    @property
+    def in_flight(self) -> int:
+        """Requests it sent whose records have not arrived (lost, if it is gone)."""
+        return len(self.dispatched - self.received)
+
+
+def hand_over(state: WorkerState, todo: list[int], workers: Iterable[WorkerState],
+              alive: set[str]) -> list[tuple[WorkerState, list[int]]]:
+    """Move ``todo`` (requests ``state`` never sent) to the workers still running, in equal round-robin parts:
+    the one re-assignment rule of both distributed ways in. Returns each receiver and its part (send them)."""
+    def usable(s: WorkerState) -> bool:
+        return s is not state and not s.lost and not s.leaving and s.client_id in alive
+
+    workers = list(workers)
+    survivors = [s for s in workers if usable(s) and not s.done] or [s for s in workers if usable(s)]
+    if not todo or not survivors:
+        return []
+    state.assigned.difference_update(todo)
+    state.reassigned_away.update(todo)
+    parts = []
+    for k, survivor in enumerate(survivors):
+        part = todo[k :: len(survivors)]
+        if part:
+            survivor.assigned.update(part)
+            survivor.done = False
+            parts.append((survivor, part))
+    return parts
 
 
 @dataclass
@@ -228,7 +261,7 @@ class BenchMaster:
             if state.leaving and not state.left:
                 # the worker was stopped on its own (SIGTERM: a pod evicted): what it had not sent goes on
                 state.left = True
-                todo = sorted(state.assigned - state.dispatched - state.received)
+                todo = state.unsent
                 log(f"{state.name} stopped on its own: {state.records} records received from it, "
                     f"{len(todo)} unsent requests re-assigned")
                 if not stopped:
@@ -237,17 +270,16 @@ class BenchMaster:
             if state.done or state.lost or state.client_id in alive:
                 continue
             state.lost = True
-            todo = sorted(state.assigned - state.dispatched - state.received)
-            in_flight = len(state.dispatched - state.received)
+            todo = state.unsent
             log(f"{state.name} disappeared: {state.records} records received from it, "
-                f"{in_flight} requests in flight with it are lost, {len(todo)} unsent requests re-assigned")
+                f"{state.in_flight} requests in flight with it are lost, {len(todo)} unsent requests re-assigned")
             if not stopped:
                 self._reassign(state, todo, alive, job)
 
     def _result(self, job: _Job) -> MasterResult:
         end = max((r.end for r in self.records.values() if r.end is not None), default=perf_counter())
         end = max(end, max((r.start for r in self.records.values()), default=job.start))
-        lost = sum(len(s.dispatched - s.received) for s in self.workers.values() if s.lost)
+        lost = sum(s.in_flight for s in self.workers.values() if s.lost)
         records = [self.records[i] for i in sorted(self.records)]
         lags = [lag for (i, _turn), r in sorted(self.records.items())
                 if i not in self.reassigned and (lag := r.schedule_lag) is not None]
@@ -256,22 +288,9 @@ class BenchMaster:
 
     def _reassign(self, state: WorkerState, todo: list[int], alive: set[str], job: _Job) -> None:
         """Give ``todo`` (requests ``state`` never sent) to the workers still running, in equal shares."""
-        def usable(s: WorkerState) -> bool:
-            return s is not state and not s.lost and not s.leaving and s.client_id in alive
-
-        survivors = [s for s in self.workers.values() if usable(s) and not s.done]
-        survivors = survivors or [s for s in self.workers.values() if usable(s)]
-        if not todo or not survivors:
-            return
-        state.assigned.difference_update(todo)
-        state.reassigned_away.update(todo)
-        for k, s in enumerate(survivors):
-            part = todo[k :: len(survivors)]
-            if part:
-                self.reassigned.update(part)
-                s.assigned.update(part)
-                s.done = False
-                self._send_job(s, part, job, None)
+        for survivor, part in hand_over(state, todo, self.workers.values(), alive):
+            self.reassigned.update(part)
+            self._send_job(survivor, part, job, None)
 
     def _welcome_new_workers(self, job: _Job, log: Callable[[str], None]) -> None:
         """A worker that connects mid-run takes an equal share of every busy worker's requests that are due

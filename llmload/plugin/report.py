@@ -10,6 +10,15 @@ from typing import Any
 
 def run_accounting(run: Any) -> dict[str, int]:
     """Requests planned, released and not sent over every load process of the run."""
+    if run.role == "master" and run.cluster:
+        # the master kept every worker's share (headless open loop): the same identity as llmload bench's
+        from llmload.core.conversation import request_count
+
+        planned = request_count(run.schedule)
+        lost = sum(s.in_flight for s in run.cluster.values() if s.lost)
+        records = len(run.records)
+        return {"planned": planned, "dispatched": records + lost, "not_sent": max(0, planned - records - lost),
+                "lost": lost}
     if run.role == "master":
         reports = list(run.reports.values())
         planned = sum(int(r.get("planned", 0)) for r in reports)
@@ -47,7 +56,11 @@ def print_summary(run: Any) -> None:
         return
     opts = run.options
     records = finish_records(run.records.records, run.workload.tokenizer if run.workload is not None else None)
-    lags = [lag for r in records if (lag := r.schedule_lag) is not None]
+    # requests re-assigned from a lost worker are sent late on purpose: not the client's schedule lag
+    late_on_purpose = set(getattr(run, "reassigned", ()))
+    index_of = getattr(run, "request_index", {}) if late_on_purpose else {}
+    lags = [lag for r in records if (lag := r.schedule_lag) is not None
+            and index_of.get(r.conversation_id or r.request_id) not in late_on_purpose]
     metrics = compute_metrics(records, max(run_span(records), 1e-9), goodput_slos=_run_slos(opts), schedule_lags_s=lags or None,
                               class_slos=_class_slos(run), ttft_rule=opts.ttft_rule,
                               selected_metrics=getattr(opts, "percentile_metrics", None) or ("ttft", "tpot", "itl"),

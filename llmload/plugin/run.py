@@ -79,6 +79,15 @@ class LocustRun(ClusterRole, RunState):
         self.reports: dict[str, dict[str, Any]] = {}
         self._finished_workers: set[str] = set()
         self._plan: dict[str, Any] | None = None
+        self.cluster = {}
+        self.jobs = {}
+        self.reassigned = set()
+        self.request_index = {}
+        #: worker: jobs received (the plan, then a lost worker's requests), and their extra dispatchers
+        self.jobs_received = 1
+        self._more: list[gevent.Greenlet] = []
+        self._more_dispatched = 0
+        self._share_sent = False
         self._my_clock = clock_offset()
         #: the web UI's LLM tab (master or local runner with a web UI)
         self.tab: Any = None
@@ -150,6 +159,7 @@ class LocustRun(ClusterRole, RunState):
         self.tally = Tally()
         self.later_turns = 0
         self._senders = {}
+        self._more, self._more_dispatched, self._share_sent = [], 0, False
         try:
             if self.role == "master":
                 self.records.clear()
@@ -187,6 +197,7 @@ class LocustRun(ClusterRole, RunState):
             return
         if self.dispatcher is not None:
             self.dispatcher.join()
+        gevent.joinall(list(self._more))
         if self.role == "worker" and self.shipper is not None:
             self.shipper.flush()
             self.runner.send_message("llm_done", self.accounting())
@@ -245,9 +256,29 @@ class LocustRun(ClusterRole, RunState):
                                             mine=lambda i: i % count == index, max_concurrency=max_concurrency,
                                             control=self.control, start_at=self.start)
         else:
-            self.tally = run_open_loop(self.share, self.sender_for, self.sink, max_concurrency=max_concurrency,
-                                       control=self.control, start_at=self.start)
-        if not self.control.stop.is_set():
+            self.tally = run_open_loop(list(self.share), self.sender_for, self.sink, max_concurrency=max_concurrency,
+                                       control=self.control, start_at=self.start, on_dispatch=self._on_dispatch)
+        self._share_sent = True
+        if not self.control.stop.is_set() and not self._more:
+            self._share_done()
+
+    def _on_dispatch(self, request: Scheduled) -> None:
+        if self.shipper is not None:
+            self.shipper.dispatched(request.index)  # the master re-assigns only what was not released
+
+    def add_requests(self, requests: list[Scheduled]) -> None:
+        """Send ``requests`` too, on this run's clock (a lost worker's unsent requests: most are overdue, and
+        go out at once). The share is finished again only when they are answered."""
+        self.share.extend(requests)
+        self.finished = False
+        self._more.append(gevent.spawn(self._dispatch_more, requests))
+
+    def _dispatch_more(self, requests: list[Scheduled]) -> None:
+        tally = run_open_loop(requests, self.sender_for, self.sink, control=self.control, start_at=self.start,
+                              on_dispatch=self._on_dispatch)
+        self._more_dispatched += tally.dispatched
+        self._more.remove(gevent.getcurrent())
+        if self._share_sent and not self._more and not self.control.stop.is_set():
             self._share_done()
 
     def user_step(self, user: Any) -> None:
@@ -271,7 +302,7 @@ class LocustRun(ClusterRole, RunState):
         """Requests this process had to send, and how many it released (the rest were not sent); every turn of
         a conversation is a request."""
         if self.open_loop:
-            dispatched = self.tally.dispatched
+            dispatched = self.tally.dispatched + self._more_dispatched
         else:
             dispatched = (self.queue.taken if self.queue is not None else 0) + self.later_turns
         planned = request_count(self.share) if self.headless else dispatched
@@ -283,7 +314,7 @@ class LocustRun(ClusterRole, RunState):
             return
         self.finished = True
         if self.role == "worker":
-            self.runner.send_message("llm_finished", {})
+            self.runner.send_message("llm_finished", {"jobs": self.jobs_received})
         else:
             gevent.spawn(self.runner.quit)
 

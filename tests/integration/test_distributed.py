@@ -20,8 +20,10 @@ from support import (
     free_port,
     is_run_request,
     llmload_command,
+    locust_argv,
     locust_command,
     tail,
+    trace_lines,
     wait_for_text,
 )
 
@@ -40,14 +42,6 @@ MEDIAN_TOL_MS = SIM_ITL_MS / 5
 
 
 # -- process bookkeeping -----------------------------------------------------------------------------------
-
-
-
-
-
-
-
-
 
 def _alive_and_ours(pid: int, marker: str) -> bool:
     """``pid`` still runs and its command line names ``marker`` (guards against a recycled PID)."""
@@ -463,3 +457,63 @@ def test_locust_workers_send_their_own_shares_of_the_prompts(locust_run: LocustR
     repeated = {k: v for k, v in by_id.items() if len(v) > 1}
     assert not repeated, (
         f"{len(repeated)} of {len(by_id)} prompts were sent more than once, by: {list(repeated.items())[:4]}")
+
+
+# -- locust -f --processes 2 with a worker SIGKILLed mid-run --------------------------------------------------
+
+LOCUST_KILL_PROMPTS = 200
+
+
+def test_locust_processes_worker_killed_hands_its_unsent_requests_to_the_other(procs, tmp_path: Path) -> None:
+    """As in llmload bench: the run completes, the loss is reported, the dead worker's unsent requests are sent
+    by the other, each once, and every planned request is accounted for."""
+    import psutil
+
+    sim_trace = tmp_path / "lkill.sim.jsonl"
+    url = start_sim(procs, "lkill-sim", "--ttft-ms", "20", "--itl-ms", "10", "--trace-file", str(sim_trace))
+    records_path = tmp_path / "lkill.records.jsonl"
+    argv = locust_argv("-f", LOCUSTFILE, "--headless", "--host", url, "--processes", "2", "-t", "180s",
+                       "--arrival", "open", "--request-rate", "20", "--num-prompts", str(LOCUST_KILL_PROMPTS),
+                       "--seed", "3", "--tokenizer", "builtin", "--sharegpt-output-len", "50", "--ignore-eos",
+                       "--llm-records", str(records_path))
+    proc, out, err = procs.start("lkill", argv)
+    # ~10 s of schedule; kill once 40 requests have finished (a condition: a slow start-up shifts it)
+    wait_for_lines(sim_trace, 40, proc, 90)
+    workers = psutil.Process(proc.pid).children()
+    assert len(workers) == 2, workers
+    workers[-1].kill()
+    t_kill = time.monotonic()
+    rc = wait(proc, err, 150)
+    stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
+    assert rc == 0, f"exit {rc}\n{stdout[-3000:]}\n{stderr[-3000:]}"
+
+    # the loss is reported: which worker, what was in flight with it, what went to the other
+    m = re.search(r"(worker\d) disappeared: (\d+) records received from it, (\d+) requests in flight with it are "
+                  r"lost, (\d+) unsent requests re-assigned", stderr)
+    assert m, stderr[-3000:]
+    victim, victim_records, lost, handed = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
+    assert handed > 0, "the kill came after worker's last send?"
+    assert re.search(rf"Lost with dead workers:\s+{lost}\b", stderr), stderr[-3000:]
+    assert re.search(r"Not sent \(run stopped early\):\s+0\b", stderr), stderr[-3000:]
+    assert re.search(rf"Requests in the schedule:\s+{LOCUST_KILL_PROMPTS}\b", stderr), stderr[-3000:]
+
+    # every request is accounted for: in the records file, or lost with the victim; none twice, none unsent
+    records = read_jsonl(records_path)
+    ids = [r["request_id"] for r in records]
+    assert len(ids) == len(set(ids)), Counter(ids).most_common(3)
+    assert len(records) + lost == LOCUST_KILL_PROMPTS, (len(records), lost)
+    assert all(r["success"] for r in records), [r["error"] for r in records if not r["success"]][:3]
+    by_worker = Counter(r["worker"] for r in records)
+    survivor = next(w for w in by_worker if w != victim)
+    assert by_worker[victim] <= victim_records, by_worker
+    # the survivor sent its own half and the victim's unsent requests
+    assert by_worker[survivor] == LOCUST_KILL_PROMPTS // 2 + handed, (by_worker, handed)
+    late = [r for r in records if r["worker"] == survivor and r["start"] - r["intended_send"] > 1.0]
+    assert late, "no re-assigned request was sent after the kill"
+
+    # the server answered each request once: a request the victim had released was not sent again
+    answered = Counter(t["client_id"] for t in trace_lines(sim_trace) if t["status"] == "ok"
+                       and is_run_request(t["client_id"]))
+    assert max(answered.values()) == 1, answered.most_common(3)
+    assert set(ids) <= set(answered), set(ids) - set(answered)
+    assert sum(1 for t in trace_lines(sim_trace) if t["received"] > t_kill) > 0

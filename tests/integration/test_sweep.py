@@ -13,11 +13,11 @@ import pytest
 from tests.conftest import ChildRunner
 from tests.support import llmload_command, offline_env, strict_json
 
-#: the default profile with 8 sequences at once: ~9 req/s of 32-token answers, a sharp knee (with 4 the search
-#: took 48 s alone: every point is 30 requests). The fast profile's ~10 ms ITL made points client-limited with
+#: the default profile with 16 sequences at once: ~18 req/s of 32-token answers, a sharp knee (with 4 the search
+#: took 48 s alone, with 8 27 s, with 16 19 s: every point is 30 requests). The fast profile's ~10 ms ITL made points client-limited with
 #: one core busy: the read lag a loaded client may show is a third of the ITL
 KNEE_PROFILE = "l40-qwen3-8b"
-KNEE_SEQS = 8
+KNEE_SEQS = 16
 KNEE_SIM = f"--profile {KNEE_PROFILE} --max-num-seqs {KNEE_SEQS}"
 KNEE_WORKLOAD = ("--dataset-name", "random", "--random-input-len", "64", "--random-output-len", "32",
                  "--constant-rate")
@@ -38,7 +38,7 @@ def four_rates(child_runner_module: ChildRunner, tmp_path_factory: pytest.TempPa
     out = tmp_path_factory.mktemp("four") / "sweep"
     # the default profile (27 ms steps) and short answers: a loaded client keeps well inside a third of its ITL,
     # where the tiny profile's 2 ms steps made every point client-limited and the sweep answerless
-    run = sweep(child_runner_module, out, "--request-rates", "4,8,16,32", "--num-prompts", "24",
+    run = sweep(child_runner_module, out, "--request-rates", "8,16,32,64", "--num-prompts", "24",
                 "--dataset-name", "random", "--random-input-len", "64", "--random-output-len", "16",
                 "--slo", "ttft:500", "--label", "l40")
     assert run.returncode == 0, run.describe()
@@ -52,7 +52,7 @@ def test_four_rates_give_four_points_that_agree_with_their_results(four_rates) -
     data = read_sweep(out)
     rows = data["points"]
     assert data["mode"] == "rates" and len(rows) == 4
-    assert [r["request_rate"] for r in rows] == [4.0, 8.0, 16.0, 32.0]
+    assert [r["request_rate"] for r in rows] == [8.0, 16.0, 32.0, 64.0]
     achieved = [r["achieved_rate"] for r in rows]
     assert achieved == sorted(achieved) and len(set(achieved)) == 4, achieved
     results = sorted(out.glob("point-*.json"))
