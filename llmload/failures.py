@@ -10,7 +10,6 @@ old records all classify the same way.
 from __future__ import annotations
 
 import re
-import socket
 from typing import Any
 
 import orjson
@@ -67,30 +66,9 @@ def http_kind(status: int) -> str:
     return HTTP_4XX
 
 
-#: raw socket errors of opening a connection (also as the ``__cause__`` of another exception)
-_CONNECT_ERRORS = (ConnectionRefusedError, socket.gaierror, socket.herror)
 _EXCEPTION = re.compile(r"[A-Z]\w*(Error|Exception): ")
 #: how old records said a framing error (:func:`infer_kind` has only the recorded message)
 _MALFORMED_HTTP_WORDS = ("malformed status line", "malformed chunk", "bad content-length", "headers larger")
-
-
-def transport_kind(exc: BaseException) -> str:
-    """The kind of a transport failure, from the exception's type (never its message).
-
-    A :class:`llmload.transport.TransportError` says it in ``kind`` (which follows from its type). Without one
-    (an older transport): a refused connection or an unresolved name, also as the ``__cause__``, is
-    ``connect``, and so is any other raw ``OSError`` that carries no partial ``response`` (only opening a
-    connection let those through unwrapped); anything else broke the connection (``disconnect``).
-    """
-    from llmload.transport.errors import TransportError  # lazily: importing the transport imports ssl
-
-    if isinstance(exc, TransportError):
-        return exc.kind
-    if isinstance(exc, _CONNECT_ERRORS) or isinstance(exc.__cause__, _CONNECT_ERRORS):
-        return CONNECT
-    if isinstance(exc, OSError) and not hasattr(exc, "response"):
-        return CONNECT
-    return DISCONNECT
 
 
 def _error_in(data: dict) -> bool:
@@ -123,38 +101,6 @@ def event_failure(payload: bytes, message: str) -> tuple[str, str]:
 def is_json_answer(content_type: str) -> bool:
     """Whether a Content-Type says one JSON document (``application/json``), not an event stream or NDJSON."""
     return content_type.split(";", 1)[0].strip().lower() == "application/json"
-
-
-def classify(
-    *,
-    cut_off: bool = False,
-    exc: BaseException | None = None,
-    status: int = 200,
-    streaming: bool = True,
-    content_type: str = "",
-    event_error: tuple[bytes, str] | None = None,
-    has_content: bool = True,
-) -> str:
-    """The failure kind of one request from what the client saw; ``""`` when nothing went wrong.
-
-    Checked in this order: cut off by the end of the run, a transport exception (``exc``: what it broke
-    matters more than the status that had arrived), a non-200 ``status``, a ``streaming`` request answered with a
-    JSON ``content_type``, an event the backend refused (``event_error``: its payload and message), a stream
-    without content (``has_content`` false).
-    """
-    if cut_off:
-        return CUT_OFF
-    if exc is not None:
-        return transport_kind(exc)
-    if status != 200:
-        return http_kind(status)
-    if streaming and is_json_answer(content_type):
-        return NOT_STREAMED
-    if event_error is not None:
-        return event_failure(*event_error)[0]
-    if not has_content:
-        return EMPTY_STREAM
-    return ""
 
 
 def infer_kind(record: Any) -> str:

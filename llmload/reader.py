@@ -25,7 +25,6 @@ from llmload.failures import (
     event_failure,
     http_kind,
     is_json_answer,
-    transport_kind,
 )
 from llmload.records import RequestRecord
 from llmload.sse import DONE, parse_line
@@ -196,7 +195,7 @@ class StreamReader:
         """The connection failed or broke mid-stream: keep what arrived, count the request as failed. The
         error's type decides (:mod:`llmload.transport.errors`); its message names the host and what failed."""
         record = self.record
-        record.failure_kind = transport_kind(exc)
+        record.failure_kind = exc.kind
         if isinstance(exc, ConnectError):
             record.error = one_line(str(exc))
             return

@@ -59,6 +59,7 @@ class DistributedSetup:
         self.env = env
         self.token = token
         self.procs: list[Any] = []
+        self.worker_logs: list[Any] = []
         self.result_workers: list[Any] = []
 
     def __enter__(self) -> DistributedSetup:
@@ -72,6 +73,7 @@ class DistributedSetup:
         import secrets
         import socket
         import subprocess
+        import tempfile
 
         from llmload.children import child_env, start_child
         from llmload.distributed import BenchMaster
@@ -96,8 +98,11 @@ class DistributedSetup:
             cmd = [sys.executable, "-m", "llmload.cli", "bench", "--worker", "--master-host", "127.0.0.1",
                    "--master-port", str(bind_port), "--cluster-token-file", "-"]
             for _ in range(args.processes):
-                proc = start_child(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL, env=child_env())
+                # its stderr is kept (unnamed, gone with the run): a worker that dies says why
+                errors = tempfile.TemporaryFile()  # noqa: SIM115 (closed in __exit__, after the workers)
+                self.worker_logs.append(errors)
+                proc = start_child(cmd, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=errors,
+                                   env=child_env())
                 self.procs.append(proc)
                 assert proc.stdin is not None
                 proc.stdin.write(self.token.encode() + b"\n")
@@ -106,10 +111,29 @@ class DistributedSetup:
         else:
             log(f"Master listening on {bind_host}:{bind_port}; waiting for {expected} workers "
                  f"(llmload bench --worker --master-host THIS_HOST --master-port {bind_port})")
-        self.clients = self.bench.wait_for_workers(expected, args.expect_workers_max_wait, log)
+        self.clients = self.bench.wait_for_workers(expected, args.expect_workers_max_wait, log,
+                                                   check=self._local_workers_alive)
         if not self.clients:
-            raise LLMLoadError(f"fewer than {expected} workers connected within {args.expect_workers_max_wait:g} s")
+            said = "; ".join(f"pid {proc.pid}: {line}" for proc, line in self._last_lines() if line)
+            raise LLMLoadError(f"fewer than {expected} workers connected within {args.expect_workers_max_wait:g} s"
+                               + (f" (local workers said: {said})" if said else ""))
         return self
+
+    def _local_workers_alive(self) -> None:
+        """LLMLoadError when a local worker process ended before the run: no use waiting for it."""
+        for proc, line in self._last_lines():
+            if proc.poll() is not None:
+                raise LLMLoadError(f"local worker process {proc.pid} exited with code {proc.returncode} before "
+                                   f"the run started" + (f": {line}" if line else ""))
+
+    def _last_lines(self) -> list[tuple[Any, str]]:
+        """Each local worker process and the last line it wrote to stderr."""
+        out = []
+        for proc, errors in zip(self.procs, self.worker_logs, strict=True):
+            errors.seek(0)
+            lines = [line.strip() for line in errors.read().decode(errors="replace").splitlines() if line.strip()]
+            out.append((proc, lines[-1] if lines else ""))
+        return out
 
     def run(self, run_config: dict[str, Any], schedule: Any, interrupts: Any, args: argparse.Namespace) -> Outcome:
         """One job on the connected workers, with ``args``' concurrency, stop timeout and think time (a sweep's
@@ -142,6 +166,8 @@ class DistributedSetup:
                 proc.wait(timeout=5)
             except Exception:
                 stop_child(proc)
+        for errors in self.worker_logs:
+            errors.close()
 
 
 
@@ -173,9 +199,9 @@ def open_master(plan: RunPlan, env: Any, interrupts: Any, stack: ExitStack) -> D
 def execute(plan: RunPlan, target: Target, workload: Workload, user: Any, env: Any, interrupts: Any,
             stack: ExitStack, master: DistributedSetup | None) -> tuple[Outcome, dict[str, Any]]:
     """Run the schedule (on ``master``'s workers when distributed) and return the outcome and client health."""
-    from llmload.bench.health import HealthMonitor
     from llmload.bench.progress import Progress
     from llmload.bench.setup import run_config
+    from llmload.core.health import HealthMonitor
     from llmload.summary import format_run_header
 
     args = plan.args

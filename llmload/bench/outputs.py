@@ -50,7 +50,7 @@ def report(run: Finished) -> int:
 
 def conclude(run: Finished) -> Concluded:
     """:func:`report`, returning the metrics, the result and the files written with the exit code."""
-    from llmload.bench.health import judge
+    from llmload.core.health import judge
     from llmload.core.outcome import finish_records
     from llmload.metrics import compute_metrics
 

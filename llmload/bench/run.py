@@ -103,7 +103,7 @@ def _bench(plan: RunPlan, interrupts: Any) -> int:
         workload = load_workload(plan, target)
         env = environment(make_user_class(run_config(plan, target)))
         user = env.user_classes[0](env)
-        _probe(plan, user, workload, target)
+        probe(plan, user, workload, target)
         from llmload.bench.execute import execute, open_master
 
         master = open_master(plan, env, interrupts, stack)
@@ -111,7 +111,7 @@ def _bench(plan: RunPlan, interrupts: Any) -> int:
     return report(Finished(plan, target, workload, outcome, health))
 
 
-def _probe(plan: RunPlan, user: Any, workload: Any, target: Any) -> None:
+def probe(plan: RunPlan, user: Any, workload: Any, target: Any) -> None:
     if plan.args.no_initial_test:
         log("Skipping the initial test request (--no-initial-test)")
     else:

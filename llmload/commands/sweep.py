@@ -26,6 +26,7 @@ exit codes:
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from llmload.options import add_bench_arguments
 
@@ -47,4 +48,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from llmload.sweep.runner import run_sweep
 
-    return run_sweep(args)
+    return run_sweep(args, write_figures=_write_figures)
+
+
+def _write_figures(data: dict, out: Path) -> int:
+    """The sweep's latency and throughput figures, by the report's figure code (lazily: matplotlib)."""
+    from llmload.report.sweep_figures import write_sweep_figures
+
+    return len(write_sweep_figures([(data["label"], data)], out))

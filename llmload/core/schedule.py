@@ -105,10 +105,11 @@ class Schedule:
         return iter(self.entries)
 
     def share(self, worker_index: int, worker_count: int) -> list[Scheduled]:
-        """Worker ``worker_index`` of ``worker_count``'s requests: every ``worker_count``-th, round robin."""
-        if not 0 <= worker_index < worker_count:
-            raise ConfigError(f"worker index must be in [0, {worker_count}), got {worker_index}")
-        return self.entries[worker_index::worker_count]
+        """Worker ``worker_index`` of ``worker_count``'s requests: every ``worker_count``-th, round robin (the one
+        split rule, :func:`llmload.arrivals.share_for_worker`)."""
+        from llmload.arrivals import share_for_worker
+
+        return [self.entries[i] for i in share_for_worker(self.offsets, worker_index, worker_count)]
 
     def index_of(self) -> dict[str, int]:
         """Request id -> global index (a master files the records its workers send under it)."""

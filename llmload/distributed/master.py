@@ -14,6 +14,7 @@ from typing import Any
 import gevent
 from gevent.event import Event
 
+from llmload.arrivals import share_for_worker
 from llmload.core.conversation import request_count
 from llmload.core.messages import clock_offset, job_items, read_records_message
 from llmload.core.schedule import Schedule
@@ -165,10 +166,15 @@ class BenchMaster:
                  "to quit")
         self.runner.send_message("quit", None, client_id=cid)
 
-    def wait_for_workers(self, expected: int, timeout_s: float, log: Callable[[str], None]) -> list[str]:
+    def wait_for_workers(self, expected: int, timeout_s: float, log: Callable[[str], None],
+                         check: Callable[[], None] | None = None) -> list[str]:
+        """The first ``expected`` workers ready (authenticated), or [] after ``timeout_s``; ``check`` is called
+        while waiting and may raise to give up sooner (a local worker that died)."""
         deadline = perf_counter() + timeout_s
         last = -1
         while perf_counter() < deadline:
+            if check is not None:
+                check()
             ready = self.ready_workers()
             if len(ready) != last:
                 log(f"{len(ready)}/{expected} workers connected")
@@ -233,7 +239,7 @@ class BenchMaster:
         self._index_of = schedule.index_of()
         for k, cid in enumerate(client_ids):
             state = WorkerState(cid, self.runner.get_worker_index(cid))
-            state.assigned = set(range(k, len(schedule), n))
+            state.assigned = set(share_for_worker(schedule.offsets, k, n).tolist())
             self.workers[cid] = state
             self._send_job(state, sorted(state.assigned), job, shares[k])
         stopped = forced = False

@@ -115,7 +115,7 @@ class BenchWorker:
         return request.index not in self.revoked
 
     def _run_job(self, job: dict[str, Any]) -> None:
-        from llmload.bench.health import HealthMonitor
+        from llmload.core.health import HealthMonitor
 
         user = self.make_user(job["run"])
         requests = job_requests(job["items"])

@@ -3,8 +3,8 @@ ways in: ``llmload bench``'s argparse flags (:func:`add_bench_arguments`) and Lo
 ``locust -f`` (:func:`add_options`, which ``llmload.plugin`` registers on ``events.init_command_line_parser``:
 ``LLMLOAD_*`` environment variables, the web UI's start form, secrets). ``docs/options.md`` lists them.
 
-What the values mean, for both: :func:`api_key`, :func:`prompt_count`, :func:`output_len_override`
-(``--max-tokens``), :func:`normalize_options` (after the web form).
+What the values mean, for both: :func:`api_key`, :func:`prompt_count`, :func:`normalize_options` (after the web
+form).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from llmload.options.values import (
     API_KEY_ENV,
     api_key,
     normalize_options,
-    output_len_override,
     prompt_count,
 )
 
@@ -42,6 +41,5 @@ __all__ = [
     "normalize_options",
     "option",
     "options_for",
-    "output_len_override",
     "prompt_count",
 ]

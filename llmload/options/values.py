@@ -50,13 +50,6 @@ def _key_from_file(path: str) -> str:
     return key
 
 
-def output_len_override(opts: Any) -> int | None:
-    """``locust -f --max-tokens N``: the output length every request gets whatever the dataset, or None
-    (``llmload bench`` has no ``--max-tokens``: None)."""
-    value = getattr(opts, "max_tokens", None)
-    return int(value) if value else None
-
-
 def prompt_count(opts: Any, *, simulator: bool) -> int | None:
     """``--num-prompts``' meaning: as given; without it 1000, or 200 against the built-in simulator (``llmload
     sim``, started by bench or found through :func:`llmload.target.describe_server`). A trace without it

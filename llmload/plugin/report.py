@@ -81,8 +81,8 @@ def print_summary(run: Any) -> None:
     print("\n".join(lines), file=sys.stderr, flush=True)
     path = getattr(opts, "llm_records", "")
     if path:
-        from llmload.bench.results import write_records
         from llmload.plugin.observing import save_series
+        from llmload.records.file import write_records
 
         write_records(Path(path), records)
         print(f"llmload: wrote {len(records)} request records to {path}", file=sys.stderr, flush=True)

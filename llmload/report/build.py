@@ -9,8 +9,8 @@ from llmload.errors import ConfigError, DatasetError
 from llmload.metrics import parse_goodput
 from llmload.report.findings import Finding, compare_findings, run_findings
 from llmload.report.loader import load_runs
-from llmload.report.server import server_html, server_markdown, server_table, with_server_rows
 from llmload.report.server_findings import server_findings
+from llmload.report.server_tables import server_html, server_markdown, server_table, with_server_rows
 from llmload.report.stats import RunStats
 from llmload.report.tables import Table, build_table, to_csv, to_html, to_markdown, to_terminal
 from llmload.report.turns import turn_tables_html, turn_tables_markdown

@@ -9,11 +9,11 @@ figures over time show only the runs that do). A run with turns adds "TTFT and c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from llmload.report.plotting import Figure, colour, pyplot, save
 from llmload.report.server_figures import render_server
 from llmload.report.stats import RunStats
 from llmload.report.turns import TURNS_FIGURE, any_turns, fig_turns
@@ -30,28 +30,6 @@ FIGURES = (
     ("errors", "Failed requests over time"),
 )
 _TIMED = ("timeline", "throughput", "errors")
-
-
-@dataclass(frozen=True, slots=True)
-class Figure:
-    name: str
-    title: str
-    path: Path
-
-
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def colour(i: int) -> str:
-    palette = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-               "#bcbd22", "#17becf")
-    return palette[i % len(palette)]
 
 
 def _bins(arrays: list[np.ndarray], n: int = 40, log: bool = False) -> np.ndarray:
@@ -267,7 +245,7 @@ _MAKERS = {
 def render_all(stats: list[RunStats], out_dir: Path, dpi: int = 100,
                prefix: str = "") -> tuple[list[Figure], list[str]]:
     """Save every figure as ``out_dir/<prefix><name>.png``; returns the figures and notes on skipped ones."""
-    plt = _plt()
+    plt = pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
     figures: list[Figure] = []
     notes: list[str] = []
@@ -285,12 +263,3 @@ def render_all(stats: list[RunStats], out_dir: Path, dpi: int = 100,
         figures.append(save(plt, fig, stats, name, title, out_dir / f"{prefix}{name}.png", dpi))
     server_figures, server_notes = render_server(plt, stats, out_dir, dpi, prefix)
     return figures + server_figures, notes + server_notes
-
-
-def save(plt, fig, stats: list[RunStats], name: str, title: str, path: Path, dpi: int) -> Figure:
-    """Title the figure (SIMULATED when a run was), write it as a PNG and free it."""
-    sim = any(s.run.simulated for s in stats)
-    fig.suptitle(title + ("  (SIMULATED engine)" if sim else ""), fontsize=11, y=1.02)
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
-    plt.close(fig)
-    return Figure(name, title, path)

@@ -6,8 +6,8 @@ import base64
 import html
 from datetime import datetime
 
-from llmload.report.figures import Figure
 from llmload.report.findings import Finding
+from llmload.report.plotting import Figure
 from llmload.report.stats import RunStats
 
 _CSS = """

@@ -146,7 +146,7 @@ def _label(data: dict[str, Any], path: Path) -> str:
 
 
 def _from_records(data: dict[str, Any], path: Path, records_path: Path) -> Run:
-    from llmload.bench.results import read_records
+    from llmload.records.file import read_records
 
     try:
         records = read_records(records_path)

@@ -24,7 +24,7 @@ from llmload.report.server import ServerSeries, number, saturation
 from llmload.report.stats import RunStats
 
 if TYPE_CHECKING:
-    from llmload.report.figures import Figure
+    from llmload.report.plotting import Figure
 
 #: (file stem, title) of each figure
 SERVER_FIGURE = ("server", "Server and client over time")
@@ -73,7 +73,7 @@ def _legend(ax, twin=None) -> None:
 
 
 def _client_throughput(ax, s: RunStats, edges: np.ndarray) -> None:
-    from llmload.report.figures import colour
+    from llmload.report.plotting import colour
 
     ends = np.asarray([r.end - s.t0 for r in s.done if r.end is not None], dtype=float)
     done, _ = np.histogram(ends, bins=edges)
@@ -92,7 +92,7 @@ def _client_throughput(ax, s: RunStats, edges: np.ndarray) -> None:
 
 
 def _client_latency(ax, s: RunStats, edges: np.ndarray) -> None:
-    from llmload.report.figures import colour
+    from llmload.report.plotting import colour
 
     firsts = [(r.first_token - s.t0, r.first_token - r.start) for r in s.done if r.first_token is not None]
     ft = np.asarray(firsts, dtype=float).reshape(-1, 2)
@@ -112,7 +112,7 @@ def _client_latency(ax, s: RunStats, edges: np.ndarray) -> None:
 
 
 def _server_queue(ax, series: ServerSeries) -> None:
-    from llmload.report.figures import colour
+    from llmload.report.plotting import colour
 
     for name, label, c in (("running", "running", colour(0)), ("waiting", "waiting", colour(1))):
         values = getattr(series, name)
@@ -128,7 +128,7 @@ def _server_queue(ax, series: ServerSeries) -> None:
 
 
 def _server_kv(ax, series: ServerSeries) -> None:
-    from llmload.report.figures import colour
+    from llmload.report.plotting import colour
 
     kv = series.kv * 100.0
     ax.plot(series.t, kv, "o-", color=colour(4), markersize=2.5, linewidth=1.3,
@@ -162,7 +162,7 @@ def fig_server(plt, s: RunStats):
 
 def fig_server_queue(plt, stats: list[tuple[int, RunStats]]):
     """The runs' running (top) and waiting (bottom) requests overlaid (``llmload compare``)."""
-    from llmload.report.figures import colour
+    from llmload.report.plotting import colour
 
     fig, (rx, wx) = plt.subplots(2, 1, figsize=(11, 6), sharex=True)
     left, right, onsets = 0.0, 0.0, False
@@ -190,7 +190,7 @@ def fig_server_queue(plt, stats: list[tuple[int, RunStats]]):
 def render_server(plt, stats: list[RunStats], out_dir: Path, dpi: int,
                   prefix: str = "") -> tuple[list[Figure], list[str]]:
     """The server figures the runs allow (none without a series file), and notes on runs left out."""
-    from llmload.report.figures import save
+    from llmload.report.plotting import save
 
     name, title = SERVER_FIGURE if len(stats) == 1 else QUEUE_FIGURE
     wanted = ("running", "waiting", "kv") if len(stats) == 1 else ("running", "waiting")

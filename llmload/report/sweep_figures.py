@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from llmload.report.figures import colour
+from llmload.report.plotting import colour
 
 #: (file stem, title) of each figure, in report order
 SWEEP_FIGURES = (
@@ -322,9 +322,9 @@ def fig_throughput(plt, sweeps: Sweeps, rec: _Recorder):
 def write_sweep_figures(sweeps: list[tuple[str, dict]], out_dir: Path, dpi: int = 100) -> list[Path]:
     """Draw the sweep figures of ``(label, sweep.json data)`` pairs, one colour per sweep, into ``out_dir``;
     returns the PNGs' paths in report order. ``out_dir/sweep_figures.json`` gets the series plotted."""
-    from llmload.report.figures import _plt
+    from llmload.report.plotting import pyplot
 
-    plt = _plt()
+    plt = pyplot()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     rec = _Recorder()

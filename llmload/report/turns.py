@@ -59,7 +59,7 @@ def ttft_by_turn(stats: RunStats) -> dict[int, np.ndarray]:
 
 def fig_turns(plt, stats: list[RunStats]):
     """Median TTFT per turn with its p25-p75 band (left axis), cached fraction per turn (right axis, dashed)."""
-    from llmload.report.figures import colour
+    from llmload.report.plotting import colour
 
     fig, ax = plt.subplots(figsize=(11, 4.2))
     cx = ax.twinx()

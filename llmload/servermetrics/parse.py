@@ -9,7 +9,6 @@ One difference is undone here: its parser renames the samples of a ``# TYPE x co
 from __future__ import annotations
 
 import io
-import math
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -108,7 +107,3 @@ def sample_key(name: str, labels: dict[str, str]) -> str:
 def split_key(key: str) -> str:
     """The metric name of a :func:`sample_key`."""
     return key.split("{", 1)[0]
-
-
-def is_finite(value: float) -> bool:
-    return not (math.isnan(value) or math.isinf(value))

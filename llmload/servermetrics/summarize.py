@@ -15,7 +15,7 @@ from itertools import pairwise
 from typing import Any
 
 from llmload.servermetrics.snapshot import Snapshot
-from llmload.summary import EXAMPLE_CHARS, WIDTH, float_line, heading, int_line
+from llmload.summary.lines import EXAMPLE_CHARS, WIDTH, float_line, heading, int_line
 
 #: counter -> summary key of its increase over the window
 _COUNTERS = {

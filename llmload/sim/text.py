@@ -19,11 +19,6 @@ def text_offset(seed: int, prompt: str) -> int:
     return (zlib.crc32(prompt.encode("utf-8", "surrogatepass")) ^ (seed * 2654435761)) % TOKEN_COUNT
 
 
-def token_bytes(offset: int, index: int) -> bytes:
-    """Token ``index`` (0-based) of the text that starts at ``offset``."""
-    return TOKENS[(offset + index * 7) % TOKEN_COUNT]
-
-
 def text_of(offset: int, start: int, count: int) -> bytes:
     """``count`` tokens starting at token ``start``, concatenated."""
     return b"".join(TOKENS[(offset + i * 7) % TOKEN_COUNT] for i in range(start, start + count))

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Callable
 from contextlib import ExitStack
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from llmload.bench.console import log
@@ -17,7 +19,12 @@ from llmload.sweep.search import Answer
 NO_LOAD_MET = 3
 
 
-def run_sweep(args: argparse.Namespace) -> int:
+#: writes a sweep's figures into a folder and returns how many (the report layer's, handed in by the command:
+#: the sweep does not import the report)
+FigureWriter = Callable[[dict[str, Any], Path], int]
+
+
+def run_sweep(args: argparse.Namespace, write_figures: FigureWriter | None = None) -> int:
     if args.worker:  # a sweep's workers are bench workers: every point is a job from the master
         from llmload.bench.run import run_worker
 
@@ -28,12 +35,12 @@ def run_sweep(args: argparse.Namespace) -> int:
     from llmload.bench.run import with_interrupts
 
     sweep = build_sweep_plan(args)
-    return with_interrupts(lambda interrupts: _sweep(sweep, interrupts), "before the first point")
+    return with_interrupts(lambda interrupts: _sweep(sweep, interrupts, write_figures), "before the first point")
 
 
-def _sweep(sweep: SweepPlan, interrupts: Any) -> int:
+def _sweep(sweep: SweepPlan, interrupts: Any, write_figures: FigureWriter | None) -> int:
     from llmload.bench.execute import open_master
-    from llmload.bench.run import _probe
+    from llmload.bench.run import probe
     from llmload.bench.setup import environment, load_workload, make_user_class, run_config, start_target
     from llmload.sweep.drivers import run_points
     from llmload.sweep.point import Session
@@ -44,7 +51,7 @@ def _sweep(sweep: SweepPlan, interrupts: Any) -> int:
         workload = load_workload(plan, target, extra=sweep.warmup)
         env = environment(make_user_class(run_config(plan, target)))
         user = env.user_classes[0](env)
-        _probe(plan, user, workload, target)
+        probe(plan, user, workload, target)
         master = open_master(plan, env, interrupts, stack)
         session = Session(sweep, target, workload, user, env, master, interrupts, stack)
         # sweep.json after every point: a sweep killed outright still leaves the points it finished
@@ -56,7 +63,7 @@ def _sweep(sweep: SweepPlan, interrupts: Any) -> int:
             answer = run_points(session)
         finally:
             data = sweep_data(sweep, target, session.rows, answer, interrupted=session.interrupted)
-            _write(sweep, data)
+            _write(sweep, data, write_figures)
     print(format_table(data), flush=True)
     return _exit_code(sweep, data, interrupts)
 
@@ -134,18 +141,16 @@ def _write_json(sweep: SweepPlan, data: dict[str, Any]) -> bool:
     return True
 
 
-def _write(sweep: SweepPlan, data: dict[str, Any]) -> None:
+def _write(sweep: SweepPlan, data: dict[str, Any], write_figures: FigureWriter | None) -> None:
     """sweep.json first (never lost to a figure's failure), then the figures."""
     if not _write_json(sweep, data):
         return
     log(f"Saved {sweep.output / 'sweep.json'} ({len(data['points'])} points)")
-    if not sweep.figures or not data["points"]:
+    if not sweep.figures or not data["points"] or write_figures is None:
         return
     try:
-        from llmload.report.sweep_figures import write_sweep_figures
-
-        written = write_sweep_figures([(data["label"], data)], sweep.output)
-        log(f"Wrote {len(written)} figures in {sweep.output}")
+        written = write_figures(data, sweep.output)
+        log(f"Wrote {written} figures in {sweep.output}")
     except Exception as exc:  # a figure must never cost the sweep its results
         log(f"warning: the sweep's figures were not written: {exc}")
 

@@ -29,7 +29,6 @@ from llmload.transport.errors import (
     ClosedMidStream,
     ConnectError,
     ConnectTimeout,
-    HTTPError,
     ListenerError,
     ProtocolError,
     ReadTimeout,
@@ -53,7 +52,7 @@ from llmload.transport.reactor import (
 __all__ = [
     "CLIENT_ERROR", "CONNECT", "DISCONNECT", "KIND_BY_TYPE", "MALFORMED_HTTP", "MAX_HEAD", "READ_TIMEOUT",
     "RECV_SIZE", "REQUEST_TIMEOUT", "SO_TIMESTAMPNS", "SWITCH_INTERVAL_S", "WATCH_INTERVAL_S",
-    "ClosedBeforeResponse", "ClosedMidStream", "ConnectError", "ConnectTimeout", "Connection", "HTTPError",
+    "ClosedBeforeResponse", "ClosedMidStream", "ConnectError", "ConnectTimeout", "Connection",
     "ListenerError", "OnLines", "Pool", "ProtocolError", "Reactor", "ReadTimeout", "RequestTimeout",
     "Response", "ResponseParser", "TransportError", "kind_of", "read_timed_out", "request_timed_out",
 ]

@@ -1,6 +1,6 @@
 """What can go wrong on the wire, as a tree of exception types.
 
-    TransportError            any transport failure (``HTTPError`` is the old name)
+    TransportError            any transport failure
     ├── ConnectError          no connection could be opened: refused, unreachable, DNS, TLS handshake
     │   └── ConnectTimeout    opening it took longer than the connect timeout
     ├── ReadTimeout           no data for the read timeout
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CLIENT_ERROR", "CONNECT", "DISCONNECT", "KIND_BY_TYPE", "MALFORMED_HTTP", "READ_TIMEOUT",
     "REQUEST_TIMEOUT",
-    "ClosedBeforeResponse", "ClosedMidStream", "ConnectError", "ConnectTimeout", "HTTPError", "ListenerError",
+    "ClosedBeforeResponse", "ClosedMidStream", "ConnectError", "ConnectTimeout", "ListenerError",
     "ProtocolError", "ReadTimeout", "RequestTimeout", "TransportError", "kind_of", "read_timed_out",
     "request_timed_out",
 ]
@@ -79,9 +79,6 @@ class ProtocolError(TransportError):
 class ListenerError(TransportError):
     """A live ``on_lines`` listener raised while the reactor read its stream (``__cause__``: what it raised)."""
 
-
-#: the old name of :class:`TransportError`, kept for the modules and plugins that import it
-HTTPError = TransportError
 
 #: the failure kind of each error type (a subclass not listed takes its nearest listed base's kind)
 KIND_BY_TYPE: dict[type[TransportError], str] = {

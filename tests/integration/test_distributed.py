@@ -22,6 +22,7 @@ from support import (
     llmload_command,
     locust_argv,
     locust_command,
+    offline_env,
     tail,
     trace_lines,
     wait_for_text,
@@ -517,3 +518,28 @@ def test_locust_processes_worker_killed_hands_its_unsent_requests_to_the_other(p
     assert max(answered.values()) == 1, answered.most_common(3)
     assert set(ids) <= set(answered), set(ids) - set(answered)
     assert sum(1 for t in trace_lines(sim_trace) if t["received"] > t_kill) > 0
+
+
+def test_a_local_worker_that_dies_at_start_up_is_a_one_line_error_at_once(procs, tmp_path: Path) -> None:
+    """A ``--processes`` worker that cannot start says why, and the master stops waiting for it (it used to wait
+    the whole --expect-workers-max-wait with the worker's error thrown away)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "if '--worker' in sys.argv:\n"
+        "    sys.stderr.write('boom: this worker cannot start\\n')\n"
+        "    sys.stderr.flush()\n"
+        "    os._exit(7)\n")
+    env = offline_env({"PYTHONPATH": os.pathsep.join(filter(None, (str(site), os.environ.get("PYTHONPATH"))))})
+    started = time.monotonic()
+    proc, _out, err = procs.start("dies", [*llmload_command(), "bench", "--processes", "2", "--num-prompts", "5",
+                                          "--tokenizer", "builtin", "--sim-args", SIM_TIMING,
+                                          "--expect-workers-max-wait", "120", "--disable-tqdm"], env)
+    rc = wait(proc, err, 100)
+    stderr = err.read_text(errors="replace")
+    assert rc == 1, stderr[-2000:]
+    assert time.monotonic() - started < 90, "the master waited for the dead worker"
+    assert re.search(r"local worker process \d+ exited with code 7 before the run started: boom: this worker "
+                     r"cannot start", stderr), stderr[-2000:]
+    assert "Traceback" not in stderr, stderr[-3000:]

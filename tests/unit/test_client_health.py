@@ -1,10 +1,10 @@
-"""The client-health verdict (llmload.bench.health.judge): which runs it calls client-limited, and why."""
+"""The client-health verdict (llmload.core.health.judge): which runs it calls client-limited, and why."""
 
 from __future__ import annotations
 
 import pytest
 
-from llmload.bench.health import SCHEDULE_LAG_LIMIT_MS, HealthMonitor, judge
+from llmload.core.health import SCHEDULE_LAG_LIMIT_MS, HealthMonitor, judge
 
 
 def verdict(lags_ms: list[float]) -> dict:

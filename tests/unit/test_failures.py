@@ -10,17 +10,15 @@ from llmload import failures, transport
 from llmload.backends import get_backend
 from llmload.failures import (
     KINDS,
-    classify,
     event_failure,
     http_kind,
     infer_kind,
     is_json_answer,
     kind_of,
-    transport_kind,
 )
 from llmload.metrics import compute_metrics, failure_counts
 from llmload.records import RequestRecord
-from llmload.transport import HTTPError, Pool
+from llmload.transport import Pool
 
 
 def test_kinds_are_the_documented_ones():
@@ -39,7 +37,6 @@ def test_kinds_are_the_documented_ones():
 ])
 def test_http_kind(status, kind):
     assert http_kind(status) == kind
-    assert classify(status=status) == kind
 
 
 ERROR_KINDS = [
@@ -56,37 +53,13 @@ def test_transport_kind_comes_from_the_type(cls, kind):
     # the message is ignored: only the type decides
     exc = cls("connection refused: timed out, malformed status line")
     assert exc.kind == kind
-    assert transport_kind(exc) == kind
-    assert classify(exc=exc, status=200) == kind
-    assert isinstance(exc, HTTPError)  # the old name catches them all
+    assert isinstance(exc, transport.TransportError)
     with pytest.raises(AttributeError):
         exc.kind = "connect"
 
 
 def test_every_transport_kind_has_a_type():
     assert {kind for _, kind in ERROR_KINDS} == failures.TRANSPORT_KINDS
-
-
-@pytest.mark.parametrize(("exc", "kind"), [
-    (ConnectionRefusedError(111, "Connection refused"), "connect"),
-    (socket.gaierror(-2, "Name or service not known"), "connect"),
-    (TimeoutError("timed out"), "connect"),  # raw socket errors came only from opening the connection
-    (ConnectionResetError(104, "Connection reset by peer"), "connect"),
-    (RuntimeError("connection refused, timed out"), "disconnect"),  # the message is never read
-    (ValueError("malformed status line"), "disconnect"),
-])
-def test_transport_kind_of_foreign_exceptions_by_type(exc, kind):
-    assert transport_kind(exc) == kind
-
-
-def test_transport_kind_of_an_exception_caused_by_a_refusal():
-    try:
-        try:
-            raise ConnectionRefusedError(111, "Connection refused")
-        except OSError as cause:
-            raise RuntimeError("wrapped") from cause
-    except RuntimeError as exc:
-        assert transport_kind(exc) == "connect"
 
 
 def test_a_refused_connection_is_connect_with_the_real_pool():
@@ -96,7 +69,7 @@ def test_a_refused_connection_is_connect_with_the_real_pool():
     pool = Pool(f"http://127.0.0.1:{port}", connect_timeout=2.0, read_timeout=2.0)
     with pytest.raises(transport.ConnectError) as info:
         pool.request("POST", "/v1/completions", {}, b"{}")
-    assert transport_kind(info.value) == "connect"
+    assert info.value.kind == "connect"
     assert isinstance(info.value.__cause__, ConnectionRefusedError)
     pool.close()
 
@@ -132,7 +105,6 @@ def test_error_objects_are_error_events_with_the_server_message(payload):
     ev = get_backend("vllm").parse_event(payload, None)
     assert ev.error
     assert event_failure(payload, ev.error) == ("error_event", ev.error)
-    assert classify(event_error=(payload, ev.error)) == "error_event"
 
 
 @pytest.mark.parametrize(("content_type", "json"), [
@@ -142,21 +114,6 @@ def test_error_objects_are_error_events_with_the_server_message(payload):
 ])
 def test_json_answers(content_type, json):
     assert is_json_answer(content_type) is json
-    assert classify(content_type=content_type) == ("not_streamed" if json else "")
-    assert classify(content_type=content_type, streaming=False) == ""  # a non-streaming request wants JSON
-
-
-def test_classify_precedence():
-    exc = transport.ClosedMidStream("x")
-    bad = (b"{", "malformed")
-    # cut off beats everything; a transport failure beats the status that had arrived; then status, ...
-    assert classify(cut_off=True, exc=exc, status=500) == "cut_off"
-    assert classify(exc=exc, status=500) == "disconnect"
-    assert classify(status=503, content_type="application/json", event_error=bad) == "http_5xx"
-    assert classify(content_type="application/json", event_error=bad, has_content=False) == "not_streamed"
-    assert classify(event_error=bad, has_content=False) == "malformed_event"
-    assert classify(has_content=False) == "empty_stream"
-    assert classify() == ""
 
 
 @pytest.mark.parametrize(("fields", "kind"), [

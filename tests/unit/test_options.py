@@ -30,7 +30,6 @@ from llmload.options import (
     normalize_options,
     option,
     options_for,
-    output_len_override,
     prompt_count,
 )
 from llmload.options.docs import render
@@ -203,7 +202,7 @@ def test_locust_reads_llmload_variables(locust_side: dict[str, Any]) -> None:
     opts = parsed(locust_side, "env")
     assert opts.request_rate == 5.0 and opts.ignore_eos is True and opts.goodput == ["ttft:500", "tpot:50"]
     assert opts.metric_percentiles == [50.0, 99.0] and opts.llm_records == "/nonexistent/r.jsonl"
-    assert output_len_override(opts) == 7
+    assert opts.max_tokens == 7
     assert parsed(locust_side, "flag_over_env").request_rate == 2.0
 
 
@@ -304,9 +303,9 @@ def test_num_prompts_default_means_1000_or_200_against_the_simulator(locust_side
 
 
 def test_max_tokens_is_locust_s_alias_for_the_output_length(locust_side: dict[str, Any]) -> None:
-    assert output_len_override(parsed(locust_side, "defaults")) is None
-    assert output_len_override(parsed(locust_side, "max_tokens")) == 16
-    assert output_len_override(bench_parser().parse_args([])) is None
+    assert not parsed(locust_side, "defaults").max_tokens
+    assert parsed(locust_side, "max_tokens").max_tokens == 16
+    assert not hasattr(bench_parser().parse_args([]), "max_tokens")
 
 
 def test_normalize_options_retypes_the_web_form_s_strings(locust_side: dict[str, Any]) -> None:

@@ -11,9 +11,9 @@ import pytest
 
 from llmload.records import RequestRecord
 from llmload.report.loader import Run
-from llmload.report.server import server_table, with_server_rows
 from llmload.report.server_figures import binned_median
 from llmload.report.server_findings import kv_pressure, server_findings, server_saturated, stall_is_admission
+from llmload.report.server_tables import server_table, with_server_rows
 from llmload.report.stats import RunStats
 from llmload.report.tables import build_table
 from llmload.servermetrics import Snapshot

@@ -1,5 +1,5 @@
 """ResponseParser undoes HTTP/1.1 framing exactly, whatever the read boundaries, and stamps each line with
-the time of the read that completed it; junk from the server fails as HTTPError, never as a hang or a crash.
+the time of the read that completed it; junk from the server fails as TransportError, never as a hang or a crash.
 
 Every test drives the real parser with ``feed(data, t)``; read ``i`` gets ``t = i``, so a line's expected
 timestamp follows from which read holds its final newline.
@@ -20,7 +20,7 @@ from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
 from llmload.sse import parse_line
-from llmload.transport import HTTPError, Response, ResponseParser
+from llmload.transport import Response, ResponseParser, TransportError
 
 #: a few seconds for the whole file; never a timing deadline (shared CI machines are noisy)
 FUZZ = settings(max_examples=200, deadline=None)
@@ -189,7 +189,7 @@ def test_eof_mid_response_raises(wire: bytes, message: str) -> None:
     p = ResponseParser()
     if wire:
         assert feed(p, wire) == [False]
-    with pytest.raises(HTTPError, match=message) as exc:
+    with pytest.raises(TransportError, match=message) as exc:
         p.eof(1.0)
     assert exc.value.response is p.resp
     assert not p.done
@@ -198,7 +198,7 @@ def test_eof_mid_response_raises(wire: bytes, message: str) -> None:
 def test_eof_mid_stream_keeps_what_arrived() -> None:
     p = ResponseParser()
     feed(p, CHUNKED + chunk(b"data: a\n\ndata: b\n\nda"), b"5\r\nta: c\r\n")
-    with pytest.raises(HTTPError, match="after 3 lines") as exc:
+    with pytest.raises(TransportError, match="after 3 lines") as exc:
         p.eof(2.0)
     # the unterminated line is kept too, stamped with the close
     assert exc.value.response.lines == [(0.0, b"data: a"), (0.0, b"data: b"), (2.0, b"data: c")]
@@ -210,7 +210,7 @@ def test_eof_mid_stream_keeps_what_arrived() -> None:
 )
 def test_malformed_status_line(status_line: bytes) -> None:
     p = ResponseParser()
-    with pytest.raises(HTTPError, match="malformed status line"):
+    with pytest.raises(TransportError, match="malformed status line"):
         feed(p, status_line + b"\r\nContent-Length: 0\r\n\r\n")
 
 
@@ -223,21 +223,21 @@ def test_status_line_without_reason_phrase() -> None:
 @pytest.mark.parametrize("size_line", [b"zz", b"", b"5 5", b"\xff", b"0x", b";ext"])
 def test_malformed_chunk_size_line(size_line: bytes) -> None:
     p = ResponseParser()
-    with pytest.raises(HTTPError, match="malformed chunk size line"):
+    with pytest.raises(TransportError, match="malformed chunk size line"):
         feed(p, CHUNKED + chunk(b"data: a\n") + size_line + b"\r\nxxxxx\r\n")
 
 
 def test_malformed_chunk_size_after_good_chunks_keeps_their_lines() -> None:
     p = ResponseParser()
     feed(p, CHUNKED + chunk(b"data: a\n"))
-    with pytest.raises(HTTPError, match="malformed chunk size line") as exc:
+    with pytest.raises(TransportError, match="malformed chunk size line") as exc:
         feed(p, b"", b"nope\r\n")
     assert exc.value.response.lines == [(0.0, b"data: a")]
 
 
 def test_bad_content_length() -> None:
     p = ResponseParser()
-    with pytest.raises(HTTPError, match="bad Content-Length"):
+    with pytest.raises(TransportError, match="bad Content-Length"):
         feed(p, b"HTTP/1.1 200 OK\r\nContent-Length: ten\r\n\r\n")
 
 
@@ -245,7 +245,7 @@ def test_headers_over_1_mib_raise() -> None:
     p = ResponseParser()
     piece = b"X-Filler: " + b"a" * 65_000 + b"\r\n"
     p.feed(b"HTTP/1.1 200 OK\r\n", 0.0)
-    with pytest.raises(HTTPError, match="larger than 1 MiB"):
+    with pytest.raises(TransportError, match="larger than 1 MiB"):
         for i in range(1, 40):
             p.feed(piece, float(i))
     assert 17 + i * len(piece) > 1 << 20 >= 17 + (i - 1) * len(piece)
@@ -346,20 +346,20 @@ def test_on_lines_sees_each_new_line_once() -> None:
 
 def test_negative_chunk_size_raises_instead_of_hanging() -> None:
     p = ResponseParser()
-    with bounded(), pytest.raises(HTTPError, match="malformed chunk size line"):
+    with bounded(), pytest.raises(TransportError, match="malformed chunk size line"):
         feed(p, CHUNKED + b"-6\r\nxxxxxxxx\r\n")
 
 
 def test_negative_chunk_size_is_not_accepted() -> None:
     p = ResponseParser()
     # today: -1 moves the position to 1 byte past the size line; "X" is skipped and "hello" taken as the body
-    with bounded(), pytest.raises(HTTPError, match="malformed chunk size line"):
+    with bounded(), pytest.raises(TransportError, match="malformed chunk size line"):
         feed(p, CHUNKED + b"-1\r\nX5\r\nhello\r\n0\r\n\r\n")
 
 
 def test_negative_content_length_raises() -> None:
     p = ResponseParser()
-    with pytest.raises(HTTPError, match="bad Content-Length"):
+    with pytest.raises(TransportError, match="bad Content-Length"):
         feed(p, b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\ndata: a\n")
 
 
@@ -586,7 +586,7 @@ def test_sse_events_survive_any_framing_and_split(data: st.DataObject) -> None:
     assert [p for p in got if p is not None] == events
 
 
-# --- properties: junk never hangs and fails only as HTTPError -------------------------------------
+# --- properties: junk never hangs and fails only as TransportError -------------------------------------
 
 
 def feed_junk(pieces: list[bytes]) -> None:
@@ -600,7 +600,7 @@ def feed_junk(pieces: list[bytes]) -> None:
                     return
             p.eof(float(len(pieces)))
             assert p.done
-    except HTTPError as exc:
+    except TransportError as exc:
         assert exc.response is p.resp
 
 
@@ -656,6 +656,6 @@ def test_chunks_with_signed_sizes_never_hang(data: bytes, cuts: set[int]) -> Non
 def test_headers_over_1_mib_in_one_read_are_refused_too() -> None:
     """The limit holds whether the blank line ending the head arrives in the same read or a later one."""
     head = b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (1 << 20) + b"\r\nContent-Length: 0\r\n\r\n"
-    with pytest.raises(HTTPError, match="larger than 1 MiB") as info:
+    with pytest.raises(TransportError, match="larger than 1 MiB") as info:
         ResponseParser().feed(head, 0.0)
     assert info.value.kind == "malformed_http"

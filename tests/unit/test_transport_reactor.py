@@ -12,7 +12,7 @@ import weakref
 
 from wire_server import CHUNKED_HEAD, EVENT, chunk, read_request
 
-from llmload.bench.health import HealthMonitor
+from llmload.core.health import HealthMonitor
 from llmload.transport import Pool, Reactor
 
 HEALTH_KEYS = {"cpu_percent_mean", "cpu_percent_max", "loop_lag_p50_ms", "loop_lag_p99_ms", "loop_lag_max_ms",

@@ -3,7 +3,7 @@
 Layout (as vLLM): a heading centred in 50 ``=`` (``"{s:{c}^{n}}"``), one ``"{:<40} {:<10}"`` line per integer
 and ``"{:<40} {:<10.2f}"`` per float, a section per selected metric headed by its title centred in 50 ``-``
 (Mean, Median, then one line per percentile), closed by 50 ``=``. llmload's block follows in the same style,
-then, for a multi-turn, reasoning or prefix-cache run, its blocks (:mod:`llmload.summary_conversations`), then,
+then, for a multi-turn, reasoning or prefix-cache run, its blocks (:mod:`llmload.summary.conversations`), then,
 for a run with more than one user class, one section per class (last, so the lines above never move).
 """
 
@@ -13,8 +13,8 @@ import math
 from typing import Any
 
 from llmload.metrics import METRIC_NAMES, BenchmarkMetrics, Distribution, percentile_label
-
-WIDTH = 50
+from llmload.summary.conversations import format_conversation_blocks
+from llmload.summary.lines import EXAMPLE_CHARS, WIDTH, float_line, heading, int_line
 
 #: metric -> (label in lines, section title), as vLLM prints them
 _SECTIONS = {
@@ -23,19 +23,6 @@ _SECTIONS = {
     "itl": ("ITL", "Inter-token Latency"),
     "e2el": ("E2EL", "End-to-end Latency"),
 }
-
-
-def heading(title: str, fill: str = "=") -> str:
-    """``title`` centred in a 50-character rule of ``fill``."""
-    return "{s:{c}^{n}}".format(s=title, c=fill, n=WIDTH)
-
-
-def int_line(label: str, value: Any) -> str:
-    return f"{label:<40} {value!s:<10}"
-
-
-def float_line(label: str, value: float) -> str:
-    return f"{label:<40} {value:<10.2f}"
 
 
 def _distribution_lines(dist: Distribution, name: str, *, with_median: bool = True) -> list[str]:
@@ -151,9 +138,6 @@ def format_llmload_block(
 
 
 #: longest example message printed after a failure kind's count
-EXAMPLE_CHARS = 100
-
-
 def failure_lines(metrics: BenchmarkMetrics) -> list[str]:
     """The "Failures by kind" section: one line per kind (most frequent first) with its count and an example
     message; nothing when every request completed."""
@@ -224,9 +208,8 @@ def format_summary(
     client_health: dict[str, Any] | None = None,
 ) -> str:
     """vLLM's block, llmload's block, the conversation, prefix-cache and reasoning blocks when the run has that
-    data (:mod:`llmload.summary_conversations`), then the per-class block when there is one (no trailing
+    data (:mod:`llmload.summary.conversations`), then the per-class block when there is one (no trailing
     newline)."""
-    from llmload.summary_conversations import format_conversation_blocks  # it builds on this module's lines
 
     blocks = [
         format_vllm_block(metrics, max_concurrency=max_concurrency),

@@ -20,7 +20,7 @@ from llmload.metrics.conversation_result import (
     ReasoningStats,
     TurnStats,
 )
-from llmload.summary import WIDTH, float_line, heading, int_line
+from llmload.summary.lines import WIDTH, float_line, heading, int_line
 
 #: the per-turn table's columns: (header, width); the widths add up to the block's 50 characters
 _TURN_COLUMNS = (("turn", 5), ("n", 7), ("TTFT p50", 10), ("TPOT p50", 10), ("prompt", 9), ("cached", 9))

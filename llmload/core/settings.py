@@ -1,0 +1,67 @@
+"""The settings every LLM user of a run gets, decided once from the run's options for every way in
+(docs/design.md, "Run set-up"): ``llmload bench`` builds its user class from them (on workers too, from the
+copy in their job), ``locust -f`` sets them on the locustfile's user classes.
+
+The options come from the one option table (:mod:`llmload.options.table`), whose defaults every parser
+applies; nothing here repeats a default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from llmload.core.conversation import ConversationPolicy
+from llmload.core.workload import forces_output_len
+
+
+@dataclass(frozen=True, slots=True)
+class UserSettings:
+    """What an :class:`~llmload.users.LLMUser` needs to send a run's requests (its class attributes)."""
+
+    backend: str
+    endpoint: str | None
+    model: str
+    ignore_eos: bool
+    ttft_rule: str
+    #: ``Authorization: Bearer``; never printed, written or logged
+    api_key: str | None
+    connection_timeout: float
+    network_timeout: float
+    request_timeout: float | None
+    session_header: str
+    conversation: ConversationPolicy | None
+
+    @classmethod
+    def from_options(cls, opts: Any, *, model: str, api_key: str | None,
+                     conversation: ConversationPolicy | None) -> UserSettings:
+        """From parsed options (bench's or Locust's: the same table); ``model`` is the server's when
+        ``--served-model-name`` is not given."""
+        return cls(
+            backend=opts.backend,
+            endpoint=opts.endpoint or None,
+            model=opts.served_model_name or model,
+            ignore_eos=forces_output_len(opts),
+            ttft_rule=opts.ttft_rule,
+            api_key=api_key,
+            connection_timeout=float(opts.connect_timeout),
+            network_timeout=float(opts.read_timeout),
+            request_timeout=opts.request_timeout or None,
+            session_header=opts.session_header,
+            conversation=conversation,
+        )
+
+    def attributes(self) -> dict[str, Any]:
+        """The user-class attributes these settings set."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def to_message(self) -> dict[str, Any]:
+        """As plain data, for a worker's job (the API key included: the worker sends with it)."""
+        out = self.attributes()
+        out["conversation"] = asdict(self.conversation) if self.conversation is not None else None
+        return out
+
+    @classmethod
+    def from_message(cls, data: dict[str, Any]) -> UserSettings:
+        conversation = data.get("conversation")
+        return cls(**{**data, "conversation": ConversationPolicy(**conversation) if conversation else None})
