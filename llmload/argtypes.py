@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import math
 
+from llmload.choices import METRIC_NAMES
+
 ArgumentTypeError = argparse.ArgumentTypeError
 
 
@@ -125,8 +127,6 @@ def percentiles(text: str) -> list[float]:
 
 def metric_names(text: str) -> list[str]:
     """Comma-separated metric names from vLLM's ``--percentile-metrics``."""
-    from llmload.metrics import METRIC_NAMES
-
     names = [x.strip() for x in text.split(",") if x.strip()]
     unknown = [n for n in names if n not in METRIC_NAMES]
     if unknown or not names:

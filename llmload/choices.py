@@ -8,6 +8,9 @@ avoids an import cycle. Backends and dataset names stay with their registries.
 
 from __future__ import annotations
 
+#: vLLM's ``--percentile-metrics`` names, in the order vLLM reports them
+METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
+
 #: ``--ttft-rule``: which streamed event counts as the first token (content: first text; vllm: first choices)
 TTFT_RULES = ("content", "vllm")
 #: ``--trace-format``: the trace files ``--dataset-name trace`` reads

@@ -17,6 +17,27 @@ from __future__ import annotations
 from locust.event import EventHook
 
 
+class ListenedHook(EventHook):
+    """Locust's ``EventHook`` that also says whether anything listens: the reader parses each chunk as it
+    arrives only for listeners, and reads the whole stream at the end otherwise."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listeners = 0
+
+    def add_listener(self, handler):  # type: ignore[no-untyped-def]
+        self.listeners += 1
+        return super().add_listener(handler)
+
+    def remove_listener(self, handler) -> None:  # type: ignore[no-untyped-def]
+        super().remove_listener(handler)
+        self.listeners -= 1
+
+    @property
+    def listened(self) -> bool:
+        return self.listeners > 0
+
+
 class LLMEvents:
     first_token: EventHook
     """
@@ -49,7 +70,7 @@ class LLMEvents:
     def __init__(self) -> None:
         for name, annotation in type(self).__annotations__.items():
             if annotation in (EventHook, "EventHook"):
-                setattr(self, name, EventHook())
+                setattr(self, name, ListenedHook())
 
 
 #: the process-wide llmload events

@@ -54,7 +54,7 @@ class StreamReader:
         self.user = user
         self.record = record
         self.streaming = streaming
-        self.backend = user._backend
+        self.backend = user.dialect
         self.state = self.backend.new_state()
         self.content_rule = user.ttft_rule != "vllm"
         self.texts: list[str] = []
@@ -65,9 +65,9 @@ class StreamReader:
     def on_lines(self, resp: Response, first: int) -> None:
         """Live mode: parse the lines that just arrived and fire the token hooks."""
         if resp.status == 200 and self.streaming and not self.record.error:
-            self._consume(resp.lines, first, live=True)
+            self.consume(resp.lines, first, live=True)
 
-    def _consume(self, lines: list[tuple[float, bytes]], first: int, live: bool) -> None:
+    def consume(self, lines: list[tuple[float, bytes]], first: int, live: bool) -> None:
         record = self.record
         parse_event = self.backend.parse_event
         state = self.state
@@ -142,7 +142,7 @@ class StreamReader:
                 record.failure_kind, record.error = NOT_STREAMED, NOT_STREAMED_MESSAGE
             return
         if not record.error:
-            self._consume(resp.lines, self.done, live=False)
+            self.consume(resp.lines, self.done, live=False)
         record.generated_text = "".join(self.texts)
         if self.reasoning:
             record.reasoning_text = "".join(self.reasoning)

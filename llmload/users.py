@@ -76,15 +76,15 @@ class LLMUser(User):
 
     def __init__(self, environment: Any) -> None:
         super().__init__(environment)
-        self._backend: Backend = get_backend(self.backend)
-        self._path = self.endpoint or self._backend.default_path
+        self.dialect: Backend = get_backend(self.backend)
+        self._path = self.endpoint or self.dialect.default_path
         self._worker = f"{os.getpid()}"
         self._run = state_of(environment)
         headers = {"Accept-Encoding": "identity", "Content-Type": "application/json", "Accept": "text/event-stream"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         self._headers = headers
-        self._pool = Pool(self.host or environment.host or "", connect_timeout=self.connection_timeout,
+        self.pool = Pool(self.host or environment.host or "", connect_timeout=self.connection_timeout,
                           read_timeout=self.network_timeout, request_timeout=self.request_timeout,
                           reactor=self._run.reactor)
 
@@ -109,7 +109,7 @@ class LLMUser(User):
             sample, request_id = request, request.request_id or f"{self._worker}-{self._run.next_id()}"
         return RequestRecord(
             request_id=request_id,
-            backend=self._backend.name,
+            backend=self.dialect.name,
             prompt_len=sample.prompt_len,
             expected_output_len=sample.expected_output_len,
             intended_send=intended_send,
@@ -126,7 +126,7 @@ class LLMUser(User):
         Pass ``record`` (from :meth:`new_record`) to keep a handle on a request that may be cut off.
         """
         sample = request.sample if isinstance(request, Scheduled) else request
-        body = self._backend.build_body(sample.prompt, sample.expected_output_len, model=self.model,
+        body = self.dialect.build_body(sample.prompt, sample.expected_output_len, model=self.model,
                                         ignore_eos=self.ignore_eos, extra=self.extra_body or None,
                                         messages=getattr(sample, "messages", None))
         if record is None:
@@ -161,20 +161,20 @@ class LLMUser(User):
         headers["X-Request-Id"] = record.request_id
         if record.conversation_id and self.session_header:
             headers[self.session_header] = record.conversation_id
-        live = reader.on_lines if (llm_events.first_token._handlers or llm_events.token._handlers) else None
+        live = reader.on_lines if (llm_events.first_token.listened or llm_events.token.listened) else None
         record.start = perf_counter()  # replaced by the moment the bytes go out, once a connection is open
 
         def sending() -> None:
             record.start = perf_counter()
 
         try:
-            resp = self._pool.request("POST", self._path, headers, payload, live, sending)
+            resp = self.pool.request("POST", self._path, headers, payload, live, sending)
         except TransportError as exc:
             partial = exc.response
             if partial is not None and partial.status:
                 record.status_code = partial.status
                 if live is None and partial.status == 200 and reader.streaming:
-                    reader._consume(partial.lines, 0, live=False)  # keep the tokens that did arrive
+                    reader.consume(partial.lines, 0, live=False)  # keep the tokens that did arrive
             reader.fail_transport(exc)
             return exc
         except Exception as exc:

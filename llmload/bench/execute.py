@@ -217,7 +217,7 @@ def execute(plan: RunPlan, target: Target, workload: Workload, user: Any, env: A
     live = stack.enter_context(bench_exporter(plan, env, master, interrupts, log))
     progress = Progress(request_count(workload.schedule))
     on_record = live.chain(lambda record: (observer.on_record(record), progress.on_record(record)))
-    health = HealthMonitor(reactor=user._pool.reactor)
+    health = HealthMonitor(reactor=user.pool.reactor)
     interrupts.raise_if_interrupted()
     interrupts.start_run(args.stop_timeout)
     if not args.disable_tqdm:

@@ -116,4 +116,4 @@ def probe(plan: RunPlan, user: Any, workload: Any, target: Any) -> None:
         log("Skipping the initial test request (--no-initial-test)")
     else:
         initial_test(user, workload.samples[0], target.base_url, plan.args)
-    user._pool.close()
+    user.pool.close()

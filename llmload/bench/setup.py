@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import shlex
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
@@ -93,45 +93,20 @@ def load_workload(plan: RunPlan, target: Target, extra: int = 0) -> Workload:
 
 def run_config(plan: RunPlan, target: Target) -> dict[str, Any]:
     """What every process needs to build the user that sends (it travels to workers in their jobs)."""
-    args = plan.args
-    return {
-        "base_url": target.base_url, "backend": args.backend, "endpoint": args.endpoint,
-        "model": args.served_model_name or target.model, "ttft_rule": args.ttft_rule,
-        # a trace fixes every output length: force it with max_tokens + ignore_eos
-        "ignore_eos": args.ignore_eos or args.dataset_name == "trace",
-        "api_key": plan.api_key,
-        "connect_timeout": args.connect_timeout, "read_timeout": args.read_timeout,
-        "request_timeout": args.request_timeout,
-        "session_header": args.session_header,
-        "conversation": asdict(plan.conversation) if plan.conversation is not None else None,
-    }
+    from llmload.core.settings import UserSettings
+
+    settings = UserSettings.from_options(plan.args, model=target.model, api_key=plan.api_key,
+                                         conversation=plan.conversation)
+    return {"base_url": target.base_url, "user": settings.to_message()}
 
 
 def make_user_class(run: dict[str, Any]) -> type:
     """A concrete LLM user class for one run's target (also rebuilt on workers from the master's config)."""
-    from llmload.core.conversation import ConversationPolicy
+    from llmload.core.settings import UserSettings
     from llmload.users import LLMUser
 
-    conversation = run.get("conversation")
-    return type(
-        "BenchUser",
-        (LLMUser,),
-        {
-            "abstract": False,
-            "host": run["base_url"],
-            "backend": run["backend"],
-            "endpoint": run["endpoint"],
-            "model": run["model"],
-            "ignore_eos": run["ignore_eos"],
-            "ttft_rule": run["ttft_rule"],
-            "api_key": run.get("api_key"),
-            "connection_timeout": float(run.get("connect_timeout") or 30.0),
-            "network_timeout": float(run.get("read_timeout") or 600.0),
-            "request_timeout": run.get("request_timeout"),
-            "session_header": run.get("session_header", "X-Session-ID"),
-            "conversation": ConversationPolicy(**conversation) if conversation else None,
-        },
-    )
+    settings = UserSettings.from_message(run["user"])
+    return type("BenchUser", (LLMUser,), {"abstract": False, "host": run["base_url"], **settings.attributes()})
 
 
 def environment(user_class: type | None = None) -> Any:

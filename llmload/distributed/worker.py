@@ -121,7 +121,7 @@ class BenchWorker:
         requests = job_requests(job["items"])
         self.control.stop_timeout = float(job.get("stop_timeout") or 0.0)
         start_at = perf_counter() + (job["start_wall"] - time.time())
-        health = HealthMonitor(reactor=user._pool.reactor)
+        health = HealthMonitor(reactor=user.pool.reactor)
         health.start()
         try:
             tally = self._dispatch(job, requests, user, start_at)
@@ -132,7 +132,7 @@ class BenchWorker:
             self.shipper.flush()
             self.runner.send_message("llm_done", {"records": self.shipper.shipped, "leaving": self.leaving,
                                                   "health": health.report(tally.schedule_lags_s)})
-        user._pool.close()  # this job's connections: the next job builds its own user
+        user.pool.close()  # this job's connections: the next job builds its own user
 
     def _dispatch(self, job: dict[str, Any], requests: list[Scheduled], user: Any, start_at: float) -> Tally:
         """The job's loop: its share of the open-loop schedule, or closed-loop users over its requests."""

@@ -9,14 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from llmload.choices import TTFT_RULES  # noqa: F401  (re-exported; one spelling: llmload.choices)
+from llmload.choices import METRIC_NAMES, TTFT_RULES  # noqa: F401  (re-exported; one spelling: llmload.choices)
 from llmload.metrics.percentiles import linear_percentiles
 
 if TYPE_CHECKING:
     from llmload.metrics.conversation_result import ConversationMetrics
 
-#: vLLM's ``--percentile-metrics`` names, in the order vLLM reports them
-METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
 #: the ``--save-detailed`` lists, as vLLM names them
 DETAILED_KEYS = ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors")
 #: keys of the top level that describe the whole run, so ``by_class`` entries leave them out

@@ -17,8 +17,9 @@ def install(events: Any = None) -> None:
     built with its own ``Events()`` needs them there), once however often it is called."""
     if events is None:
         from locust import events
-    if _on_init in events.init._handlers:
+    if getattr(events, "llmload_plugin_installed", False):
         return
+    events.llmload_plugin_installed = True
     from llmload._compat import import_transformers
     from llmload.options import add_options
 

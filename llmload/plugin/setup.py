@@ -11,7 +11,6 @@ from llmload.core.workload import (
     chat_backend_for_conversations,
     check_conversation_options,
     dataset_options,
-    forces_output_len,
     schedule_spec,
 )
 from llmload.errors import LLMLoadError
@@ -82,21 +81,11 @@ def build_schedule(opts: Any, samples: list[Any], environment: Any, live: bool) 
 def configure_classes(environment: Any, opts: Any, model: str) -> None:
     """Give every LLM user class the run's settings, unless the locustfile set them on the class itself."""
     from llmload.arrivals import parse_think_time
+    from llmload.core.settings import UserSettings
 
     think = parse_think_time(opts.think_time) if getattr(opts, "think_time", "") else None
-    settings = {
-        "backend": opts.backend,
-        "endpoint": getattr(opts, "endpoint", "") or None,
-        "model": getattr(opts, "served_model_name", "") or model,
-        "ignore_eos": forces_output_len(opts),
-        "ttft_rule": opts.ttft_rule,
-        "api_key": api_key(opts),
-        "connection_timeout": float(getattr(opts, "connect_timeout", 0) or 30.0),
-        "network_timeout": float(getattr(opts, "read_timeout", 0) or 600.0),
-        "request_timeout": getattr(opts, "request_timeout", None) or None,
-        "session_header": getattr(opts, "session_header", "X-Session-ID"),
-        "conversation": check_conversation_options(opts),
-    }
+    settings = UserSettings.from_options(opts, model=model, api_key=api_key(opts),
+                                         conversation=check_conversation_options(opts)).attributes()
     settings["think"] = staticmethod(think) if think is not None else None
     for cls in user_classes(environment):
         # what the locustfile itself set on the class stays; the rest follows the options on every test start

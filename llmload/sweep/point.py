@@ -115,7 +115,7 @@ class Session:
                                       self.user, self.env, stop, self.stack, self.master)
         finally:
             stop.close()
-            self.user._pool.close()
+            self.user.pool.close()
         measured = without_warmup(outcome, schedule, sweep.warmup)
         trimmed = Schedule(schedule.entries[sweep.warmup:], schedule.offsets[sweep.warmup:])
         done = conclude(Finished(plan, self.target, Workload(self.workload.tokenizer, samples, trimmed), measured,

@@ -17,8 +17,9 @@ def install(events: Any = None) -> None:
     often it is called."""
     if events is None:
         from locust import events
-    if _on_init in events.init._handlers:
+    if getattr(events, "llmload_tab_installed", False):
         return
+    events.llmload_tab_installed = True
     events.init.add_listener(_on_init)
     events.test_start.add_listener(_on_test_start)
 
