@@ -14,6 +14,9 @@ Listeners run inside the request greenlet, right after the event's timestamp was
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from locust.event import EventHook
 
 
@@ -25,11 +28,11 @@ class ListenedHook(EventHook):
         super().__init__()
         self.listeners = 0
 
-    def add_listener(self, handler):  # type: ignore[no-untyped-def]
+    def add_listener(self, handler: Callable[..., Any]) -> Callable[..., Any]:
         self.listeners += 1
         return super().add_listener(handler)
 
-    def remove_listener(self, handler) -> None:  # type: ignore[no-untyped-def]
+    def remove_listener(self, handler: Callable[..., Any]) -> None:
         super().remove_listener(handler)
         self.listeners -= 1
 
@@ -39,7 +42,7 @@ class ListenedHook(EventHook):
 
 
 class LLMEvents:
-    first_token: EventHook
+    first_token: ListenedHook
     """
     Fired when the first token of a streaming response arrives (per the run's TTFT rule).
 
@@ -48,7 +51,7 @@ class LLMEvents:
     :param user: the Locust user that sent the request
     """
 
-    token: EventHook
+    token: ListenedHook
     """
     Fired for every later counted event (a chunk may hold several tokens).
 
@@ -59,7 +62,7 @@ class LLMEvents:
     :param user: the Locust user
     """
 
-    request_complete: EventHook
+    request_complete: ListenedHook
     """
     Fired once per request, when it finished, failed or was cut off by the end of the run.
 
@@ -69,7 +72,7 @@ class LLMEvents:
 
     def __init__(self) -> None:
         for name, annotation in type(self).__annotations__.items():
-            if annotation in (EventHook, "EventHook"):
+            if annotation in (ListenedHook, "ListenedHook"):
                 setattr(self, name, ListenedHook())
 
 

@@ -73,6 +73,8 @@ class LLMUser(User):
     conversation: Any = None
     #: replay whole conversations whatever ``--multi-turn`` says (:class:`ConversationUser`)
     multi_turn: ClassVar[bool] = False
+    #: ``locust -f``: the attributes the locustfile set on the class itself (the run's settings leave them)
+    llmload_own: ClassVar[frozenset[str]]
 
     def __init__(self, environment: Any) -> None:
         super().__init__(environment)

@@ -153,7 +153,7 @@ class Backend:
         if payload == DONE:
             return EMPTY
         data = decode(payload)
-        if type(data) is StreamEvent:
+        if isinstance(data, StreamEvent):
             return data
         msg = error_message(data)
         if msg is not None:

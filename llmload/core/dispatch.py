@@ -111,7 +111,7 @@ class _Slots:
         try:
             deliver(sender, request, record, sink, stop, on_turn)
         finally:
-            if acquired:
+            if acquired and self._sem is not None:
                 self._sem.release()
 
     def cut_waiting(self) -> None:

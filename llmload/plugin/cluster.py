@@ -69,6 +69,13 @@ class ClusterRole:
     #: master: request (or conversation) id -> schedule index
     request_index: dict[str, int]
 
+    @property
+    def open_loop(self) -> bool:
+        raise NotImplementedError  # the run's (LocustRun)
+
+    def _apply_rate(self, rate: float, from_offset: float) -> None:
+        raise NotImplementedError  # the run's (LocustRun)
+
     def register(self) -> None:
         """Register this role's messages on the runner."""
         if self.role == "worker":  # type: ignore[attr-defined]

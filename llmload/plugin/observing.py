@@ -29,7 +29,7 @@ def start_observer(run: Any) -> RunObserver:
     scraper = server_scraper(opts, host, api_key(opts), _say)
     rule = SaturationRule(window_s=float(getattr(opts, "saturation_window", 5.0) or 5.0)) if run.open_loop else None
     stop = Event()
-    observer = RunObserver(scraper, rule, lambda: locust_in_flight(run) or 0, stop,
+    observer = RunObserver(scraper, rule, lambda: int(locust_in_flight(run) or 0), stop,
                            bool(getattr(opts, "stop_on_saturation", False)), _say)
     run.records.listeners.append(observer.on_record)
 

@@ -43,7 +43,7 @@ def _class_slos(run: Any) -> dict[str, dict[str, float]] | None:
     that class's requests."""
     from llmload.plugin.setup import user_classes
 
-    slos = {cls.__name__: dict(cls.goodput) for cls in user_classes(run.environment) if getattr(cls, "goodput", None)}
+    slos = {cls.__name__: dict(goodput) for cls in user_classes(run.environment) if (goodput := cls.goodput)}
     return slos or None
 
 

@@ -4,7 +4,7 @@ schedule, and the settings every LLM user class gets."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llmload.core.schedule import LiveSchedule, Schedule
 from llmload.core.workload import (
@@ -15,6 +15,9 @@ from llmload.core.workload import (
 )
 from llmload.errors import LLMLoadError
 from llmload.options import api_key
+
+if TYPE_CHECKING:
+    from llmload.users import LLMUser
 
 
 @dataclass
@@ -56,7 +59,7 @@ def load_workload(opts: Any, host: str) -> Workload:
     return Workload(samples, tokenizer, tokenizer_id, model)
 
 
-def user_classes(environment: Any) -> list[type]:
+def user_classes(environment: Any) -> list[type[LLMUser]]:
     from llmload.users import LLMUser
 
     return [cls for cls in environment.user_classes if issubclass(cls, LLMUser)]
@@ -89,10 +92,10 @@ def configure_classes(environment: Any, opts: Any, model: str) -> None:
     settings["think"] = staticmethod(think) if think is not None else None
     for cls in user_classes(environment):
         # what the locustfile itself set on the class stays; the rest follows the options on every test start
-        own = cls.__dict__.get("_llmload_own")
+        own = cls.__dict__.get("llmload_own")
         if own is None:
             own = frozenset(cls.__dict__)
-            cls._llmload_own = own
+            cls.llmload_own = own
         for name, value in settings.items():
             if name not in own:
                 setattr(cls, name, value)

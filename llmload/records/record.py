@@ -12,6 +12,7 @@ key its default (``user_class`` ``""``) and ignores keys it does not know.
 from __future__ import annotations
 
 from array import array
+from collections.abc import MutableSequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -38,9 +39,9 @@ class RequestRecord:
     first_token: float | None = None
     #: arrival of every counted event, first one included; ``chunk_times[-1]`` is the end of E2EL
     #: (an ``array("d")`` once :meth:`compact`-ed, as every record a run keeps is)
-    chunk_times: list[float] = field(default_factory=list)
+    chunk_times: MutableSequence[float] = field(default_factory=list)
     #: tokens carried by each counted event, when the wire says (else 1 each)
-    chunk_tokens: list[int] = field(default_factory=list)
+    chunk_tokens: MutableSequence[int] = field(default_factory=list)
     #: final output token count (see ``output_tokens_source``)
     output_tokens: int = 0
     #: "usage" (server usage), "tokenizer" (re-tokenized text) or "chunks" (one per event)

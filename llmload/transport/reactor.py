@@ -12,6 +12,7 @@ Socket errors are handed to the request's greenlet as they are: :class:`llmload.
 
 from __future__ import annotations
 
+import math
 import os
 import select
 import socket
@@ -306,11 +307,11 @@ def _epoll_type() -> Any:
 
 def _clock_offset() -> float:
     """``time.time() - perf_counter()``, from the tightest of a few back-to-back readings."""
-    best = None
+    best = (math.inf, 0.0)
     for _ in range(5):
         a = perf_counter()
         wall = time.time()
         b = perf_counter()
-        if best is None or b - a < best[0]:
+        if b - a < best[0]:
             best = (b - a, wall - (a + b) / 2)
     return best[1]
