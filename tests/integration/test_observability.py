@@ -77,7 +77,7 @@ def test_half_the_capacity_is_not_saturated(child_runner, start_sim):
     """Alone: on a busy machine the simulated engine itself slows down, and half its quiet capacity may be
     all of its loaded one."""
     sim = start_sim(*CAPACITY_SIM)
-    run = child_runner.bench("--base-url", sim.url, *WORKLOAD, "--num-prompts", "32", "--request-rate",
+    run = child_runner.bench("--base-url", sim.url, *WORKLOAD, "--num-prompts", "22", "--request-rate",
                              str(CAPACITY_RPS / 2), "--saturation-window", "3", timeout=240)
     assert run.returncode == 0, run.describe()
     half = run.result()["saturation"]

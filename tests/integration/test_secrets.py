@@ -337,8 +337,10 @@ def test_no_secret_in_any_output_file_report_route_or_process_listing(procs, tmp
         assert rc == 1 and "503" in err, (rc, err[-2000:])
         assert catcher.seen == [f"Bearer {env_key}", f"Basic {basic}"], catcher.seen
 
-        # the HTML report (and its Markdown, CSV, figures) made from each result
-        for result_dir in result_dirs:
+        # the HTML report (and its Markdown, CSV, figures) of the run whose base URL held the password, and of a
+        # distributed one (a report shows only what its result and records hold, and the checks below read
+        # those of every run)
+        for result_dir in (tmp_path / "password-url", master_dir):
             (result_json,) = sorted(result_dir.glob("*.json"))
             report_dir = tmp_path / f"report-{result_dir.name}"
             rc, _, err = procs.run(f"report-{result_dir.name}", [*llmload_command(), "report", str(result_json),
@@ -397,7 +399,7 @@ def test_no_secret_in_any_output_file_report_route_or_process_listing(procs, tmp
                 texts[str(path)] = path.read_bytes()
     texts.update(http_bodies)
     kinds = Counter(Path(name).suffix for name in texts)
-    assert kinds[".json"] >= 5 and kinds[".jsonl"] >= 5 and kinds[".html"] >= 5, kinds
+    assert kinds[".json"] >= 5 and kinds[".jsonl"] >= 5 and kinds[".html"] >= 2, kinds
     leaks = [(name, s) for name, data in texts.items() for s in all_secrets if s.encode() in data]
     assert not leaks, leaks[:20]
     # the runs did what they should, so the outputs checked are the real ones
