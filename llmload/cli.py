@@ -67,22 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     # a command that passes flags through (k8s render: bench's) parses them itself
     parse = getattr(module, "parse_args", None)
     args = parse(parser, argv[1:]) if parse else parser.parse_args(argv[1:])
-    code = run_reporting_errors(module.run, args, parser)
-    if entry_point and "gevent" in sys.modules:
-        _exit_now(code)
-    return code
-
-
-def _exit_now(code: int) -> None:
-    """End a gevent-based command without interpreter finalization. Everything is written and every child
-    stopped by now; what finalization would add is gevent's hub being torn down while logging's weakref
-    callbacks take locks, which prints 'greenlet is being finalized' tracebacks after a Ctrl-C."""
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
+    return run_reporting_errors(module.run, args, parser)
 
 
 def run_reporting_errors(func, args, parser: argparse.ArgumentParser) -> int:

@@ -5,9 +5,11 @@ docs/design.md has the architecture; docs/reliability.md the exit codes and what
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from collections.abc import Callable
 from contextlib import ExitStack
-from typing import Any
+from typing import Any, NoReturn
 
 from llmload.bench.console import log
 from llmload.bench.outputs import THRESHOLD_MISSED, Finished, report
@@ -92,7 +94,21 @@ def with_interrupts(body: Callable[[Any], int], start_up: str) -> int:
             return body(interrupts)
         except Interrupted as exc:
             log(f"{exc}: stopped during start-up, {start_up}; nothing was measured")
-            return exc.exit_code
+            abandon(exc.exit_code)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def abandon(code: int) -> NoReturn:
+    """End the process after a start-up signal, without interpreter finalization. The signal's exception was
+    raised wherever the main greenlet was, possibly inside a lock (logging's): finalizing then tears gevent's hub
+    down under callbacks that wait for that lock ('greenlet is being finalized' tracebacks). Every child is
+    stopped by now (the ``with`` blocks that own them have exited) and nothing was measured."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def _bench(plan: RunPlan, interrupts: Any) -> int:
