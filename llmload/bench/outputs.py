@@ -4,7 +4,6 @@ the exit code (docs/reliability.md)."""
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from dataclasses import dataclass
 from datetime import datetime
@@ -127,39 +126,16 @@ def _save_series(observed: Any, rec_path: Path) -> None:
 
 
 def result_data(run: Finished, metrics: Any, records: list, health_report: dict[str, Any]) -> dict[str, Any]:
-    """The result JSON's content: vLLM's keys and meanings, then llmload's own (docs/metrics.md)."""
-    from llmload.interrupts import signal_name
+    """The result JSON's content (:func:`llmload.core.result.result_data`, as ``locust -f --llm-result``)."""
+    from llmload.core.result import result_data as build
     from llmload.metrics import detailed_lists
 
     plan, outcome, args = run.plan, run.outcome, run.plan.args
-    data: dict[str, Any] = {
-        "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
-        "backend": args.backend,
-        "endpoint_type": args.backend,
-        "label": args.label,
-        "model_id": run.target.model,
-        "tokenizer_id": run.target.tokenizer_id,
-        "num_prompts": len(run.workload.schedule),
-        "dataset_name": args.dataset_name,
-        "base_url": run.target.shown,
-        **plan.metadata,
-        "request_rate": "inf" if math.isinf(args.request_rate) else args.request_rate,
-        "burstiness": args.burstiness,
-        "max_concurrency": args.max_concurrency,
-        **metrics.to_result_dict(),
-        "client_health": health_report,
-        "not_sent": outcome.unsent,
-        "interrupted": outcome.interrupted_by is not None,
-        "interrupt_signal": signal_name(outcome.interrupted_by) if outcome.interrupted_by is not None else None,
-    }
-    if outcome.observed is not None:
-        data.update(outcome.observed.result_keys())
-    if outcome.workers is not None:
-        data["workers"] = outcome.workers
-        data["lost_with_workers"] = outcome.lost
-    if args.save_detailed:
-        data.update(detailed_lists(records, metrics))
-    return data
+    return build(options=args, metrics=metrics, model_id=run.target.model, tokenizer_id=run.target.tokenizer_id,
+                 base_url=run.target.shown, num_prompts=len(run.workload.schedule), health=health_report,
+                 not_sent=outcome.unsent, interrupted_by=outcome.interrupted_by, observed=outcome.observed,
+                 workers=outcome.workers, lost=outcome.lost, metadata=plan.metadata,
+                 detailed=detailed_lists(records, metrics) if args.save_detailed else None)
 
 
 def _save(run: Finished, data: dict[str, Any], records: list) -> tuple[bool, tuple[Path | None, Path | None]]:

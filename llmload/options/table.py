@@ -284,6 +284,9 @@ _LOCUST_ONLY = (
            "closed loop: user count over time, e.g. 'ramp:1->50;duration=120' (docs/arrivals.md)", default=""),
     Option(("--llm-records",), "llm_records", LOCUST, "locust",
            "write one JSON line per request to this file at the end", default="", env="LLMLOAD_RECORDS"),
+    Option(("--llm-result",), "llm_result", LOCUST, "locust",
+           "write the run's result JSON (llmload bench --save-result's keys and meanings) to this file at the end",
+           default="", env="LLMLOAD_RESULT"),
     # The start form's API key field. There is no command-line flag for a key (ps shows every command line to
     # every user of the host): --api-key on the command line is refused with a pointer to the ways that are safe.
     Option(("--api-key",), "api_key", LOCUST, "locust",

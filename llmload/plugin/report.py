@@ -79,6 +79,8 @@ def print_summary(run: Any) -> None:
     if observed is not None and (text := observed.summary_text()):
         lines.append(text)
     print("\n".join(lines), file=sys.stderr, flush=True)
+    if getattr(opts, "llm_result", ""):
+        _write_result(run, metrics, acc, observed, Path(opts.llm_result))
     path = getattr(opts, "llm_records", "")
     if path:
         from llmload.plugin.observing import save_series
@@ -87,3 +89,48 @@ def print_summary(run: Any) -> None:
         write_records(Path(path), records)
         print(f"llmload: wrote {len(records)} request records to {path}", file=sys.stderr, flush=True)
         save_series(observed, path)
+
+
+def _write_result(run: Any, metrics: Any, acc: dict[str, int], observed: Any, path: Path) -> None:
+    """``--llm-result``: the result JSON llmload bench writes for the same run (:mod:`llmload.core.result`)."""
+    from llmload.core.result import result_data, write_json
+    from llmload.urls import redact_url
+
+    workers = _workers(run) if run.role == "master" else None
+    workload = run.workload
+    data = result_data(options=run.options, metrics=metrics, model_id=workload.model if workload else "",
+                       tokenizer_id=workload.tokenizer_id if workload else "",
+                       base_url=redact_url(run.environment.host or ""), num_prompts=_prompts(run, acc), health=None,
+                       not_sent=acc["not_sent"], observed=observed, workers=workers, lost=acc["lost"])
+    try:
+        write_json(path, data)
+    except OSError as exc:
+        print(f"llmload: error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr, flush=True)
+        run.environment.process_exit_code = 1
+        return
+    print(f"llmload: wrote the result to {path}", file=sys.stderr, flush=True)
+
+
+def _prompts(run: Any, acc: dict[str, int]) -> int:
+    """``num_prompts`` as bench counts it: the schedule's entries (a conversation is one)."""
+    from llmload.core.schedule import Schedule
+
+    return len(run.schedule) if isinstance(run.schedule, Schedule) else acc["planned"]
+
+
+def _workers(run: Any) -> list[dict[str, Any]]:
+    """Each worker's part, as bench's result lists it: from the shares the master kept (headless open loop), else
+    from the workers' own accounting (``llm_done``) and the records that arrived."""
+    if run.cluster:
+        return [{"worker": s.name, "assigned": len(s.assigned), "dispatched": len(s.dispatched),
+                 "records": s.records, "lost": s.lost} for s in run.cluster.values()]
+    by_worker: dict[str, int] = {}
+    for r in run.records.records:
+        by_worker[r.worker] = by_worker.get(r.worker, 0) + 1
+    out = []
+    for cid, report in run.reports.items():
+        name = f"worker{run.runner.get_worker_index(cid)}"
+        out.append({"worker": name, "assigned": int(report.get("planned", 0)),
+                    "dispatched": int(report.get("dispatched", 0)), "records": by_worker.get(name, 0),
+                    "lost": False})
+    return sorted(out, key=lambda w: w["worker"])

@@ -1,6 +1,7 @@
 """One workload, four ways in, the same numbers: ``llmload bench``, ``llmload bench --processes 2``,
 ``locust -f --headless`` and ``locust -f --headless --processes 2`` against one fixed-timing simulator send the
-same requests (same ids), the same tokens, measure the same median TTFT and ITL, and the open loop of
+same requests (same ids), the same tokens, measure the same median TTFT and ITL, write result JSONs with the same
+counts and keys (``--save-result``, ``--llm-result``), and the open loop of
 ``locust -f`` sends on vLLM's schedule for the seed. All four share one run core (docs/design.md)."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from statistics import median
 
 import numpy as np
 import pytest
-from support import match_trace, trace_lines
+from support import match_trace, strict_json, trace_lines
 
 LOCUSTFILE = "locustfiles/sharegpt.py"
 PROMPTS = 40
@@ -42,14 +43,32 @@ def run_mode(child_runner, url: str, mode: str, loop: tuple[str, ...], tmp: Path
         run = child_runner.bench("--base-url", url, *WORKLOAD, *loop, *extra, "--save-result", "--disable-tqdm",
                                  "--result-dir", str(tmp / mode), timeout=240)
         assert run.returncode == 0, run.describe()
-        return run.records()
-    records = tmp / f"{mode}.jsonl"
+        return run.records(), run.result()
+    records, result = tmp / f"{mode}.jsonl", tmp / f"{mode}.result.json"
     extra = ("--processes", "2") if mode.endswith("2") else ()
     run = child_runner.locust("-f", LOCUSTFILE, "--headless", "--host", url, "-t", "120s", *WORKLOAD, *loop,
-                              *extra, "--llm-records", str(records), timeout=240)
+                              *extra, "--llm-records", str(records), "--llm-result", str(result), timeout=240)
     assert run.returncode == 0, run.describe()
     assert "Traceback" not in run.stderr, run.describe()
-    return [json.loads(line) for line in records.read_text().splitlines() if line.strip()]
+    return ([json.loads(line) for line in records.read_text().splitlines() if line.strip()],
+            strict_json(result.read_text(), result))
+
+
+def check_results(results: dict[str, dict]) -> None:
+    """The four result JSONs: the same counts, and the same keys (the distributed ones add the workers')."""
+    for mode, result in results.items():
+        counts = {k: result[k] for k in ("completed", "failed", "cut_off", "not_sent", "num_prompts")}
+        assert counts == {"completed": PROMPTS, "failed": 0, "cut_off": 0, "not_sent": 0, "num_prompts": PROMPTS}, \
+            (mode, counts)
+        assert result["total_output_tokens"] == PROMPTS * OUTPUT_LEN, mode
+    keys = {mode: set(result) for mode, result in results.items()}
+    assert keys["locust"] == keys["bench"], (keys["locust"] ^ keys["bench"])
+    assert keys["locust-processes2"] == keys["bench-processes2"], (keys["locust-processes2"] ^ keys["bench-processes2"])
+    assert keys["bench-processes2"] - keys["bench"] == {"workers", "lost_with_workers"}
+    for mode in ("bench-processes2", "locust-processes2"):
+        workers = results[mode]["workers"]
+        assert len(workers) == 2 and sum(w["records"] for w in workers) == PROMPTS, (mode, workers)
+        assert results[mode]["lost_with_workers"] == 0
 
 
 def itls(records: list[dict]) -> list[float]:
@@ -90,9 +109,11 @@ def sim(start_sim_module, tmp_path_factory):
 def test_open_loop_same_in_every_way_in(child_runner, sim, tmp_path: Path) -> None:
     loop = ("--request-rate", str(RATE))
     sim, trace = sim
-    runs = {mode: run_mode(child_runner, sim.url, mode, ("--arrival", "open", *loop) if "locust" in mode else loop,
+    outs = {mode: run_mode(child_runner, sim.url, mode, ("--arrival", "open", *loop) if "locust" in mode else loop,
                            tmp_path) for mode in MODES}
+    runs = {mode: records for mode, (records, _) in outs.items()}
     check_same(runs, trace)
+    check_results({mode: result for mode, (_, result) in outs.items()})
     expected = vllm_offsets(PROMPTS, RATE, SEED)
     for mode in ("locust", "locust-processes2"):
         records = sorted(runs[mode], key=lambda r: r["intended_send"])
@@ -118,11 +139,12 @@ def test_open_loop_same_in_every_way_in(child_runner, sim, tmp_path: Path) -> No
 @pytest.mark.slow
 def test_closed_loop_same_in_every_way_in(child_runner, sim, tmp_path: Path) -> None:
     sim, trace = sim
-    runs = {}
+    runs, results = {}, {}
     for mode in MODES:
         loop = ("--arrival", "closed", "-u", "4", "-r", "100") if "locust" in mode else \
             ("--max-concurrency", "4", "--think-time", "fixed:0")
-        runs[mode] = run_mode(child_runner, sim.url, mode, loop, tmp_path)
+        runs[mode], results[mode] = run_mode(child_runner, sim.url, mode, loop, tmp_path)
     check_same(runs, trace)
+    check_results(results)
     for mode, records in runs.items():
         assert all(r["intended_send"] is None for r in records), mode

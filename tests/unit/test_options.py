@@ -192,7 +192,7 @@ def test_bench_keeps_its_help_groups_in_order() -> None:
     assert titles == [title for key, title in GROUPS if key not in ("locust", "webui")]
     locust_only = {o.dest for o in options_for(Scope.LOCUST)} - {o.dest for o in options_for(Scope.BENCH)}
     assert not locust_only & {a.dest for a in bench_parser()._actions}
-    assert locust_only == {"arrival", "max_tokens", "user_shape", "llm_records", "api_key", "llm_web_credentials"}
+    assert locust_only == {"arrival", "max_tokens", "user_shape", "llm_records", "llm_result", "api_key", "llm_web_credentials"}
 
 
 # -- environment variables -----------------------------------------------------------------------------------
