@@ -41,7 +41,7 @@ LOCUST_OWNS = ("--host", "--processes", "--master", "--worker", "--master-host",
                "--master-bind-host", "--master-bind-port", "--expect-workers", "--expect-workers-max-wait",
                "--stop-timeout")
 #: environment variables kept from before the table (tests and users set them)
-ENV_EXCEPTIONS = {"llm_records": "LLMLOAD_RECORDS", "llm_web_credentials": "LLMLOAD_WEB_CREDENTIALS"}
+ENV_EXCEPTIONS = {"llm_records": "LLMLOAD_RECORDS", "llm_result": "LLMLOAD_RESULT", "llm_web_credentials": "LLMLOAD_WEB_CREDENTIALS"}
 
 
 #: what the Locust side parses, each (argv, environment), all in one child process (see ``locust_side``)
