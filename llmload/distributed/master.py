@@ -25,6 +25,8 @@ from llmload.records import RequestRecord
 START_LEAD_S = 0.5
 #: requests re-balanced to a joining worker are due at least this far in the future
 REBALANCE_MARGIN_S = 2.0
+#: a worker that has not answered the cluster-token challenge after this long is asked again
+CHALLENGE_AGAIN_S = 1.0
 
 
 def split_concurrency(total: int | None, workers: int) -> list[int | None]:
@@ -125,8 +127,9 @@ class BenchMaster:
         self.on_record = on_record
         self.token = token
         self.log = log
-        #: worker id -> nonce of the challenge sent to it
+        #: worker id -> nonce of the challenge sent to it, and when it was last sent
         self._challenged: dict[str, str] = {}
+        self._challenged_at: dict[str, float] = {}
         #: workers that proved they hold the cluster token (all workers when there is none)
         self.authenticated: set[str] = set()
         self.workers: dict[str, WorkerState] = {}
@@ -144,15 +147,23 @@ class BenchMaster:
     # -- joining -------------------------------------------------------------------------------------------
 
     def ready_workers(self) -> list[str]:
-        """Connected workers that may get jobs; challenges the ones not yet asked."""
+        """Connected workers that may get jobs; challenges the ones not yet asked, and asks again the ones that
+        did not answer within :data:`CHALLENGE_AGAIN_S` (a worker's handler exists only once Locust's worker
+        runner has connected: a challenge that arrives before it is dropped, and a loaded machine makes that
+        likely)."""
         ready = [c.id for c in self.runner.clients.ready]
         if not self.token:
             return ready
+        now = perf_counter()
         for cid in ready:
+            if cid in self.authenticated:
+                continue
             if cid not in self._challenged:
-                nonce = secrets.token_hex(16)
-                self._challenged[cid] = nonce
-                self.runner.send_message("llm_challenge", {"nonce": nonce}, client_id=cid)
+                self._challenged[cid] = secrets.token_hex(16)
+            elif now - self._challenged_at.get(cid, now) < CHALLENGE_AGAIN_S:
+                continue
+            self._challenged_at[cid] = now
+            self.runner.send_message("llm_challenge", {"nonce": self._challenged[cid]}, client_id=cid)
         return [cid for cid in ready if cid in self.authenticated]
 
     def _on_auth(self, msg: Any, **_: Any) -> None:
