@@ -31,7 +31,7 @@ from support import (
 pytestmark = pytest.mark.slow
 
 LOCUSTFILE = "locustfiles/sharegpt.py"
-PROMPTS = 120
+PROMPTS = 80
 #: a fixed-timing workload: every request asks for 20 tokens, sent at exactly 40 req/s
 WORKLOAD = ("--sharegpt-output-len", "20", "--ignore-eos", "--constant-rate", "--request-rate", "40",
             "--num-prompts", str(PROMPTS), "--seed", "0", "--save-result", "--disable-tqdm")

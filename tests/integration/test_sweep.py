@@ -38,7 +38,7 @@ def four_rates(child_runner_module: ChildRunner, tmp_path_factory: pytest.TempPa
     out = tmp_path_factory.mktemp("four") / "sweep"
     # the default profile (27 ms steps) and short answers: a loaded client keeps well inside a third of its ITL,
     # where the tiny profile's 2 ms steps made every point client-limited and the sweep answerless
-    run = sweep(child_runner_module, out, "--request-rates", "8,16,32,64", "--num-prompts", "24",
+    run = sweep(child_runner_module, out, "--request-rates", "8,16,32,64", "--num-prompts", "16",
                 "--dataset-name", "random", "--random-input-len", "64", "--random-output-len", "16",
                 "--slo", "ttft:500", "--label", "l40")
     assert run.returncode == 0, run.describe()
@@ -60,13 +60,13 @@ def test_four_rates_give_four_points_that_agree_with_their_results(four_rates) -
     for row in rows:
         result = strict_json((out / row["result_file"]).read_text(), row["result_file"])
         assert result["request_rate"] == row["request_rate"]
-        assert row["completed"] == result["completed"] == 24
+        assert row["completed"] == result["completed"] == 16
         assert row["achieved_rate"] == result["request_throughput"]
         for metric in ("ttft", "tpot", "itl", "e2el"):
             for stat in ("mean", "median", "p90", "p99"):
                 assert row[f"{metric}_ms"][stat] == result[f"{stat}_{metric}_ms"], (metric, stat)
         records = (out / row["records_file"]).read_text().splitlines()
-        assert len(records) == 24
+        assert len(records) == 16
         assert row["goodput"] is not None and 0.0 <= row["goodput"] <= 1.0
     assert data["answer"] is not None
     for name in ("sweep_latency.png", "sweep_throughput.png"):
