@@ -203,6 +203,9 @@ class LocustRun(ClusterRole, RunState):
             self.runner.send_message("llm_done", self.accounting())
 
     def on_quitting(self) -> None:
+        import gc
+
+        gc.freeze()  # Locust exits next: its last collections need not walk the run's objects (llmload.cli.main)
         if self.role == "worker":
             return
         if self.runner is not None and self.runner.state not in ("stopped", "init", "ready"):
