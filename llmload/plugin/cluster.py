@@ -29,12 +29,9 @@ import gevent
 
 from llmload.core.messages import job_items, read_records_message
 from llmload.core.schedule import LiveSchedule, Schedule
-from llmload.distributed.master import WorkerState, hand_over
+from llmload.distributed.master import START_LEAD_S, WorkerState, hand_over
+from llmload.distributed.worker import BATCH_INTERVAL_S
 
-#: how often a worker ships its record batch
-BATCH_INTERVAL_S = 0.25
-#: the master's plan names a start this far ahead, so every worker starts together
-START_LEAD_S = 0.5
 #: how long past ``--stop-timeout`` the master waits for the workers' final batches
 FINAL_BATCH_WAIT_S = 30.0
 #: how often the master looks for workers Locust marked missing
