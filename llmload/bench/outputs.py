@@ -177,8 +177,8 @@ def _threshold_exit(args: argparse.Namespace, metrics: Any) -> int:
             log(f"error: {failed} of {metrics.sent} requests failed ({failed / sent:.1%}), above "
                  f"--fail-on-error-rate {args.fail_on_error_rate:g}")
             return THRESHOLD_MISSED
-    if args.fail_on_slo is not None and metrics.request_goodput is not None:
-        good = round(metrics.request_goodput * metrics.duration)
+    if args.fail_on_slo is not None and metrics.good_requests is not None:
+        good = metrics.good_requests
         if good / sent < args.fail_on_slo:
             log(f"error: {good} of {metrics.sent} requests met every --goodput SLO ({good / sent:.1%}), below "
                  f"--fail-on-slo {args.fail_on_slo:g}")

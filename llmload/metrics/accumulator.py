@@ -233,6 +233,7 @@ def _metrics(groups: Sequence[_Group], tally: Tally, ask: _Ask, lags_s: Sequence
         duration=d, completed=tally.completed, failed=tally.failed, cut_off=tally.cut_off,
         total_requests=tally.records, total_input=tally.total_input, total_output=tally.total_output,
         request_throughput=tally.completed / d, request_goodput=None if good is None else good / d,
+        good_requests=good,
         output_throughput=tally.total_output / d,
         total_token_throughput=(tally.total_input + tally.total_output) / d,
         max_output_tokens_per_s=peak_tokens, max_concurrent_requests=peak_active,

@@ -117,6 +117,8 @@ class BenchmarkMetrics:
     #: turns, conversations, reasoning and prefix-cache numbers; None for a run with none of those
     #: (:mod:`llmload.metrics.conversations`)
     conversations: ConversationMetrics | None = None
+    #: completed requests that met every SLO (``request_goodput`` is this over the duration); None without SLOs
+    good_requests: int | None = None
 
     @property
     def sent(self) -> int:

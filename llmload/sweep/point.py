@@ -174,11 +174,11 @@ def without_warmup(outcome: Outcome, schedule: Any, warmup: int) -> Outcome:
 
 def _goodput_fraction(metrics: Any) -> float | None:
     """Share of the requests sent (completed, failed or cut off) that met every SLO."""
-    if metrics.request_goodput is None:
+    if metrics.good_requests is None:
         return None
     if not metrics.sent:
         return 0.0
-    return round(metrics.request_goodput * metrics.duration) / metrics.sent
+    return metrics.good_requests / metrics.sent
 
 
 def _name(path: Path | None) -> str | None:

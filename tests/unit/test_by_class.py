@@ -80,6 +80,9 @@ def test_class_slos_replace_the_run_wide_ones() -> None:
     assert m.request_goodput == pytest.approx(4 / 2.0)
     assert m.by_class["Chat"].request_goodput == pytest.approx(3 / 2.0)
     assert m.by_class["Batch"].request_goodput == pytest.approx(1 / 2.0)
+    # the count itself (the sweep's goodput share and --fail-on-slo read it, not goodput x duration)
+    assert (m.good_requests, m.by_class["Chat"].good_requests, m.by_class["Batch"].good_requests) == (4, 3, 1)
+    assert compute_metrics(RECORDS, 2.0).good_requests is None
     d = m.to_result_dict()
     assert d["goodput_slos_ms"] == {"ttft": 250.0, "Batch": {"ttft": 500.0}}
     assert d["by_class"]["Batch"]["goodput_slos_ms"] == {"ttft": 500.0}
