@@ -203,8 +203,8 @@ class LLMUser(User):
         if ttft is not None:
             fire(request_type="LLM", name="TTFT", response_time=ttft * 1000.0, response_length=0, exception=None,
                  context={})
-        if record.output_tokens > 1 and ttft is not None and record.e2el is not None:
-            tpot = (record.e2el - ttft) / (record.output_tokens - 1)
+        tpot = record.tpot  # the one definition (llmload.metrics.definitions.tpot_s)
+        if tpot is not None:
             fire(request_type="LLM", name="TPOT", response_time=tpot * 1000.0, response_length=0, exception=None,
                  context={})
 

@@ -84,6 +84,7 @@ class RequestRecord:
     ttft = property(_metric.ttft_s)
     e2el = property(_metric.e2el_s)
     itls = property(_metric.itls_s)
+    tpot = property(_metric.tpot_s)
     schedule_lag = property(_metric.schedule_lag_s)
     queue_time = property(_metric.queue_time_s)
 
