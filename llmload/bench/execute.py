@@ -139,7 +139,9 @@ class DistributedSetup:
         """One job on the connected workers, with ``args``' concurrency, stop timeout and think time (a sweep's
         point has its own)."""
         # a sweep runs one job after another: a worker lost during the last one gets no share of this one
-        alive = {c.id for c in self.runner.clients.all if c.state != "missing"}
+        from llmload.distributed.master import alive_workers
+
+        alive = alive_workers(self.runner)
         self.clients = [cid for cid in self.clients if cid in alive]
         if not self.clients:
             raise LLMLoadError("no worker is connected any more")

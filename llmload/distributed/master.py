@@ -69,6 +69,22 @@ class WorkerState:
         return len(self.dispatched - self.received)
 
 
+def alive_workers(runner: Any) -> set[str]:
+    """The ids of the workers Locust has not marked missing (missed heartbeats)."""
+    return {c.id for c in runner.clients.all if c.state != "missing"}
+
+
+def lose_worker(state: WorkerState, workers: Iterable[WorkerState], alive: set[str], *,
+                hand: bool = True) -> tuple[str, list[tuple[WorkerState, list[int]]]]:
+    """``state``'s worker is gone: mark it lost and (``hand``: unless the run is stopping) move what it had not sent
+    to the others by :func:`hand_over`. Returns the line to log and each receiver's part (send them)."""
+    state.lost = True
+    todo = state.unsent
+    parts = hand_over(state, todo, workers, alive) if hand else []
+    return (f"{state.name} disappeared: {state.records} records received from it, {state.in_flight} requests in "
+            f"flight with it are lost, {len(todo)} unsent requests re-assigned"), parts
+
+
 def hand_over(state: WorkerState, todo: list[int], workers: Iterable[WorkerState],
               alive: set[str]) -> list[tuple[WorkerState, list[int]]]:
     """Move ``todo`` (requests ``state`` never sent) to the workers still running, in equal round-robin parts:
@@ -273,7 +289,7 @@ class BenchMaster:
 
     def _check_workers(self, job: _Job, stopped: bool, log: Callable[[str], None]) -> None:
         """Re-assign what a leaving or vanished worker had not sent (unless the run is stopping)."""
-        alive = {c.id for c in self.runner.clients.all if c.state != "missing"}
+        alive = alive_workers(self.runner)
         for state in self.workers.values():
             if state.leaving and not state.left:
                 # the worker was stopped on its own (SIGTERM: a pod evicted): what it had not sent goes on
@@ -286,12 +302,9 @@ class BenchMaster:
                 continue
             if state.done or state.lost or state.client_id in alive:
                 continue
-            state.lost = True
-            todo = state.unsent
-            log(f"{state.name} disappeared: {state.records} records received from it, "
-                f"{state.in_flight} requests in flight with it are lost, {len(todo)} unsent requests re-assigned")
-            if not stopped:
-                self._reassign(state, todo, alive, job)
+            line, parts = lose_worker(state, self.workers.values(), alive, hand=not stopped)
+            log(line)
+            self._send_parts(parts, job)
 
     def _result(self, job: _Job) -> MasterResult:
         end = max((r.end for r in self.records.values() if r.end is not None), default=perf_counter())
@@ -305,7 +318,10 @@ class BenchMaster:
 
     def _reassign(self, state: WorkerState, todo: list[int], alive: set[str], job: _Job) -> None:
         """Give ``todo`` (requests ``state`` never sent) to the workers still running, in equal shares."""
-        for survivor, part in hand_over(state, todo, self.workers.values(), alive):
+        self._send_parts(hand_over(state, todo, self.workers.values(), alive), job)
+
+    def _send_parts(self, parts: list[tuple[WorkerState, list[int]]], job: _Job) -> None:
+        for survivor, part in parts:
             self.reassigned.update(part)
             self._send_job(survivor, part, job, None)
 

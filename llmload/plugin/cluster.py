@@ -27,9 +27,9 @@ from typing import Any
 
 import gevent
 
-from llmload.core.messages import job_items, read_records_message
+from llmload.core.messages import job_items, job_requests, read_records_message
 from llmload.core.schedule import LiveSchedule, Schedule
-from llmload.distributed.master import START_LEAD_S, WorkerState, hand_over
+from llmload.distributed.master import START_LEAD_S, WorkerState, alive_workers, lose_worker
 from llmload.distributed.worker import BATCH_INTERVAL_S
 
 #: how long past ``--stop-timeout`` the master waits for the workers' final batches
@@ -129,16 +129,12 @@ class ClusterRole:
         goes to the others, as in ``llmload bench``."""
         while not self.finished and not self.control.stop.is_set():  # type: ignore[attr-defined]
             gevent.sleep(WATCH_INTERVAL_S)
-            alive = self._alive()
+            alive = alive_workers(self.runner)
             for state in self.cluster.values():
                 if state.lost or state.done or state.client_id in alive:
                     continue
-                state.lost = True
-                todo = state.unsent
-                parts = hand_over(state, todo, self.cluster.values(), alive)
-                sys.stderr.write(f"llmload: {state.name} disappeared: {state.records} records received from it, "
-                                 f"{state.in_flight} requests in flight with it are lost, {len(todo)} unsent "
-                                 f"requests re-assigned\n")
+                line, parts = lose_worker(state, self.cluster.values(), alive)
+                sys.stderr.write(f"llmload: {line}\n")
                 assert isinstance(self.schedule, Schedule)
                 for survivor, part in parts:
                     self.reassigned.update(part)
@@ -148,12 +144,9 @@ class ClusterRole:
                                              client_id=survivor.client_id)
             self._maybe_finish()
 
-    def _alive(self) -> set[str]:
-        return {c.id for c in self.runner.clients.all if c.state != "missing"}
-
     def _maybe_finish(self) -> None:
         """Headless: every worker still there finished every job it was given: end the test."""
-        alive = self._alive()
+        alive = alive_workers(self.runner)
         if not self.finished and alive and all(cid in self._finished_workers for cid in alive):
             self.finished = True
             gevent.spawn(self.runner.quit)
@@ -165,7 +158,7 @@ class ClusterRole:
             self.runner.send_message("llm_stop", {}, client_id=cid)
         deadline = perf_counter() + float(self.environment.stop_timeout or 0.0) + FINAL_BATCH_WAIT_S
         while perf_counter() < deadline:
-            alive = {c.id for c in self.runner.clients.all if c.state != "missing"}
+            alive = alive_workers(self.runner)
             if all(cid in self.reports or cid not in alive for cid in waiting):
                 return
             gevent.sleep(0.05)
@@ -200,8 +193,6 @@ class ClusterRole:
 
     def on_job(self, msg: Any, **_: Any) -> None:
         """More requests for this worker's open loop (a lost worker's unsent ones), on the same run clock."""
-        from llmload.core.messages import job_requests
-
         self.jobs_received += 1
         self.add_requests(job_requests((msg.data or {}).get("items", [])))  # type: ignore[attr-defined]
 

@@ -4,6 +4,7 @@ records file (``--llm-records``)."""
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +58,8 @@ def print_summary(run: Any) -> None:
     opts = run.options
     records = finish_records(run.records.records, run.workload.tokenizer if run.workload is not None else None)
     # requests re-assigned from a lost worker are sent late on purpose: not the client's schedule lag
-    late_on_purpose = set(getattr(run, "reassigned", ()))
-    index_of = getattr(run, "request_index", {}) if late_on_purpose else {}
     lags = [lag for r in records if (lag := r.schedule_lag) is not None
-            and index_of.get(r.conversation_id or r.request_id) not in late_on_purpose]
+            and run.request_index.get(r.conversation_id or r.request_id) not in run.reassigned]
     metrics = compute_metrics(records, max(run_span(records), 1e-9), goodput_slos=_run_slos(opts), schedule_lags_s=lags or None,
                               class_slos=_class_slos(run), ttft_rule=opts.ttft_rule,
                               selected_metrics=getattr(opts, "percentile_metrics", None) or ("ttft", "tpot", "itl"),
@@ -70,9 +69,7 @@ def print_summary(run: Any) -> None:
     lines.append(f"{'Requests in the schedule:':<40} {acc['planned']:<10}")
     lines.append(f"{'Not sent (run stopped early):':<40} {acc['not_sent']:<10}")
     if run.role == "master":
-        by_worker: dict[str, int] = {}
-        for r in records:
-            by_worker[r.worker] = by_worker.get(r.worker, 0) + 1
+        by_worker = Counter(r.worker for r in records)
         lines += [f"{'Records from ' + w + ':':<40} {n:<10}" for w, n in sorted(by_worker.items())]
         lines.append(f"{'Lost with dead workers:':<40} {acc['lost']:<10}")
     observed = getattr(run, "observed", None)
@@ -124,9 +121,7 @@ def _workers(run: Any) -> list[dict[str, Any]]:
     if run.cluster:
         return [{"worker": s.name, "assigned": len(s.assigned), "dispatched": len(s.dispatched),
                  "records": s.records, "lost": s.lost} for s in run.cluster.values()]
-    by_worker: dict[str, int] = {}
-    for r in run.records.records:
-        by_worker[r.worker] = by_worker.get(r.worker, 0) + 1
+    by_worker = Counter(r.worker for r in run.records.records)
     out = []
     for cid, report in run.reports.items():
         name = f"worker{run.runner.get_worker_index(cid)}"
