@@ -12,16 +12,16 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "LLMUser": "llmload.users",
-    "CompletionsUser": "llmload.users",
-    "ChatUser": "llmload.users",
-    "llm_events": "llmload.events",
-    "RequestRecord": "llmload.records",
+    "LLMUser": "llmload.client.users",
+    "CompletionsUser": "llmload.client.users",
+    "ChatUser": "llmload.client.users",
+    "llm_events": "llmload.client.events",
+    "RequestRecord": "llmload.client.records",
     "SampleRequest": "llmload.datasets.base",
     "load_samples": "llmload.datasets",
     "load_tokenizer": "llmload.tokenizer",
     "compute_metrics": "llmload.metrics",
-    "get_backend": "llmload.backends",
+    "get_backend": "llmload.client.backends",
     "LLMLoadError": "llmload.errors",
     "ConfigError": "llmload.errors",
     "DatasetError": "llmload.errors",

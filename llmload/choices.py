@@ -2,7 +2,7 @@
 
 A dependency-free module on purpose: the option table (:mod:`llmload.options`), the dataset readers, the
 arrival code and the metrics all import these, and ``llmload.options`` itself imports the backends and datasets
-(for :data:`~llmload.backends.BACKENDS`, :data:`~llmload.datasets.DATASET_NAMES`), so keeping the tuples here
+(for :data:`~llmload.client.backends.BACKENDS`, :data:`~llmload.datasets.DATASET_NAMES`), so keeping the tuples here
 avoids an import cycle. Backends and dataset names stay with their registries.
 """
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from llmload.client.users import ChatUser, CompletionsUser, ConversationUser, LLMUser
 from llmload.plugin import install
-from llmload.users import ChatUser, CompletionsUser, ConversationUser, LLMUser
 
 install()
 __import__("llmload.webui", fromlist=["install"]).install()  # the LLM tab in the web UI

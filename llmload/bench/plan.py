@@ -60,7 +60,7 @@ class RunPlan:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        from llmload.arrivals import parse_think_time, validate_arrivals
+        from llmload.core.arrivals import parse_think_time, validate_arrivals
 
         self.base_url = base_url(args)
         self.api_key = api_key(args)
@@ -132,7 +132,7 @@ class RunPlan:
         """This plan with some flags changed (a sweep's point: another rate, concurrency or file name). What
         was validated and bound once (the result dir, the cluster token, the Prometheus port) is kept; the
         arrivals are checked again and the schedule spec rebuilt."""
-        from llmload.arrivals import validate_arrivals
+        from llmload.core.arrivals import validate_arrivals
 
         args = argparse.Namespace(**{**vars(self.args), **changes})
         validate_arrivals(args.request_rate, args.burstiness, args.ramp_up_strategy, args.ramp_up_start_rps,

@@ -8,7 +8,7 @@ from typing import Any, TextIO
 
 import gevent
 
-from llmload.records import RequestRecord
+from llmload.client.records import RequestRecord
 
 
 class Progress:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from llmload.client.records.file import read_records, record_from_row, records_path, write_records
 from llmload.core.result import json_safe, write_json
-from llmload.records.file import read_records, record_from_row, records_path, write_records
 
 __all__ = ["default_filename", "json_safe", "read_records", "record_from_row", "records_path", "write_json",
            "write_records"]

@@ -102,8 +102,8 @@ def run_config(plan: RunPlan, target: Target) -> dict[str, Any]:
 
 def make_user_class(run: dict[str, Any]) -> type:
     """A concrete LLM user class for one run's target (also rebuilt on workers from the master's config)."""
+    from llmload.client.users import LLMUser
     from llmload.core.settings import UserSettings
-    from llmload.users import LLMUser
 
     settings = UserSettings.from_message(run["user"])
     return type("BenchUser", (LLMUser,), {"abstract": False, "host": run["base_url"], **settings.attributes()})
@@ -113,7 +113,7 @@ def environment(user_class: type | None = None) -> Any:
     from locust.argument_parser import get_parser
     from locust.env import Environment
 
-    from llmload.users import LLMUser
+    from llmload.client.users import LLMUser
 
     options = get_parser(default_config_files=[]).parse_args(["--headless"])
     return Environment(user_classes=[user_class or LLMUser], parsed_options=options)

@@ -2,7 +2,7 @@
 
 A conversation arrives like any request (its first turn is due at its scheduled offset, or when a closed-loop
 user takes it); each later turn is sent after the previous one ended plus a think time, carrying the history so
-far. Every turn is one :class:`~llmload.records.RequestRecord` (``conversation_id``, ``turn``), put into the sink
+far. Every turn is one :class:`~llmload.client.records.RequestRecord` (``conversation_id``, ``turn``), put into the sink
 as soon as it ends. The record that ends a conversation says why in ``conversation_end``: ``completed``,
 ``failed`` (a failed turn ends its conversation: its history would be wrong), ``context_cap`` or ``cut_off``.
 A conversation the run's stop ended between two turns keeps an empty ``conversation_end`` on its last record.
@@ -21,12 +21,12 @@ from gevent import GreenletExit
 from gevent.event import Event
 
 from llmload.choices import CONTEXT_POLICIES, HISTORY_MODES
+from llmload.client.failures import CUT_OFF
+from llmload.client.records import RequestRecord
 from llmload.core.schedule import Scheduled
 from llmload.core.sink import RecordSink
 from llmload.datasets.base import SampleRequest, Turn
 from llmload.errors import ConfigError
-from llmload.failures import CUT_OFF
-from llmload.records import RequestRecord
 
 #: ``max_tokens`` of a turn whose reply the dataset does not record (and no fixed output length)
 DEFAULT_TURN_OUTPUT_LEN = 256
@@ -64,7 +64,7 @@ class ConversationPolicy:
             raise ConfigError(f"--context-policy must be one of {', '.join(CONTEXT_POLICIES)}, "
                               f"got {self.context_policy!r}")
         if self.think:
-            from llmload.arrivals import parse_think_time
+            from llmload.core.arrivals import parse_think_time
 
             parse_think_time(self.think, 0, "--turn-think-time")  # a bad spec fails before the run
 
@@ -72,14 +72,14 @@ class ConversationPolicy:
         """This conversation's think times, drawn from its own seeded stream."""
         if not self.think:
             return lambda: 0.0
-        from llmload.arrivals import parse_think_time
+        from llmload.core.arrivals import parse_think_time
 
         rng = np.random.default_rng([self.seed, zlib.crc32(conversation_id.encode())])
         return parse_think_time(self.think, rng, "--turn-think-time")
 
 
 class TurnSender(Protocol):
-    """What sends a turn (an :class:`~llmload.users.LLMUser`)."""
+    """What sends a turn (an :class:`~llmload.client.users.LLMUser`)."""
 
     def new_record(self, request: Scheduled, intended_send: float | None = None) -> RequestRecord: ...
 

@@ -23,11 +23,11 @@ from gevent.event import Event
 from gevent.lock import BoundedSemaphore
 from gevent.pool import Group
 
+from llmload.client.failures import CUT_OFF
+from llmload.client.records import RequestRecord
 from llmload.core.conversation import deliver
 from llmload.core.schedule import LiveSchedule, Scheduled
 from llmload.core.sink import RecordSink
-from llmload.failures import CUT_OFF
-from llmload.records import RequestRecord
 
 #: the first send happens this long after dispatch starts, so set-up work does not count as lag
 LEAD_S = 0.02
@@ -35,7 +35,7 @@ NOT_SENT_MESSAGE = "cut off: the run was stopped before this request was sent"
 
 
 class Sender(Protocol):
-    """What sends one request (an :class:`~llmload.users.LLMUser`). It may also have ``not_sent(record)``,
+    """What sends one request (an :class:`~llmload.client.users.LLMUser`). It may also have ``not_sent(record)``,
     called for a request the run's end caught while it waited for a slot (its ``send`` never ran)."""
 
     def new_record(self, request: Scheduled, intended_send: float | None = None) -> RequestRecord: ...

@@ -1,6 +1,6 @@
 """Is the client the bottleneck? Watch this process's CPU, how late it reads arriving data, and the loop.
 
-Token timestamps are the kernel's receive times (:mod:`llmload.transport`), so a busy client does not shift
+Token timestamps are the kernel's receive times (:mod:`llmload.client.transport`), so a busy client does not shift
 them; it starts to distort ITLs only when it reads a stream so late that two chunks merge into one read.
 The transport's *read lag* (our read − kernel arrival) is the direct measure of that. A greenlet that
 sleeps ``interval`` also reports the loop's lag (how late greenlets run: sends, dispatch). CPU comes from
@@ -19,7 +19,7 @@ import psutil
 from llmload.metrics.percentiles import linear_percentiles
 
 if TYPE_CHECKING:
-    from llmload.transport import Reactor
+    from llmload.client.transport import Reactor
 
 #: the client is called the bottleneck above these
 CPU_LIMIT_PERCENT = 90.0

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
+from llmload.client.records import RequestRecord
 from llmload.core.schedule import Schedule, Scheduled
 from llmload.datasets.base import SampleRequest, Turn
-from llmload.records import RequestRecord
 
 RECORDS = "llm_records"
 _TIME_FIELDS = ("start", "first_token", "first_answer_token", "intended_send", "dispatched_at")

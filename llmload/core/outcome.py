@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from llmload.records import RequestRecord
+from llmload.client.records import RequestRecord
 
 
 def finish_records(records: Iterable[RequestRecord], tokenizer: Any) -> list[RequestRecord]:

@@ -106,8 +106,8 @@ class Schedule:
 
     def share(self, worker_index: int, worker_count: int) -> list[Scheduled]:
         """Worker ``worker_index`` of ``worker_count``'s requests: every ``worker_count``-th, round robin (the one
-        split rule, :func:`llmload.arrivals.share_for_worker`)."""
-        from llmload.arrivals import share_for_worker
+        split rule, :func:`llmload.core.arrivals.share_for_worker`)."""
+        from llmload.core.arrivals import share_for_worker
 
         return [self.entries[i] for i in share_for_worker(self.offsets, worker_index, worker_count)]
 
@@ -118,8 +118,8 @@ class Schedule:
 
 def send_offsets(spec: ScheduleSpec, samples: Sequence[SampleRequest]) -> np.ndarray:
     """The trace's own times, a rate shape, constant spacing, or vLLM's gamma schedule (exactly as
-    benchmark_serving computes it from the seed; :mod:`llmload.arrivals`)."""
-    from llmload.arrivals import constant_offsets, vllm_send_offsets
+    benchmark_serving computes it from the seed; :mod:`llmload.core.arrivals`)."""
+    from llmload.core.arrivals import constant_offsets, vllm_send_offsets
 
     if spec.trace:
         return np.asarray([s.arrival_s or 0.0 for s in samples], dtype=float)

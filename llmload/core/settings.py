@@ -17,7 +17,7 @@ from llmload.core.workload import forces_output_len
 
 @dataclass(frozen=True, slots=True)
 class UserSettings:
-    """What an :class:`~llmload.users.LLMUser` needs to send a run's requests (its class attributes)."""
+    """What an :class:`~llmload.client.users.LLMUser` needs to send a run's requests (its class attributes)."""
 
     backend: str
     endpoint: str | None

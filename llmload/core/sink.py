@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+from llmload.client.records import RequestRecord
 from llmload.core.messages import records_message
-from llmload.records import RequestRecord
 
 
 class RecordSink(Protocol):

@@ -23,7 +23,7 @@ class RunState:
     @property
     def reactor(self) -> Any:
         if self._reactor is None:
-            from llmload.transport import Reactor
+            from llmload.client.transport import Reactor
 
             self._reactor = Reactor()
         return self._reactor

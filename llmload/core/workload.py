@@ -76,7 +76,7 @@ def conversation_policy(options: Any) -> ConversationPolicy:
 def chat_backend_for_conversations(options: Any) -> str | None:
     """``--multi-turn`` sends chat messages: the backend to use instead of the given one, or None to keep it.
     vLLM's completions dialect (the default) becomes ``openai-chat``; another non-chat dialect is an error."""
-    from llmload.backends import get_backend
+    from llmload.client.backends import get_backend
 
     if not _opt(options, "multi_turn", False):
         return None

@@ -14,12 +14,12 @@ from typing import Any
 import gevent
 from gevent.event import Event
 
-from llmload.arrivals import share_for_worker
+from llmload.client.records import RequestRecord
+from llmload.core.arrivals import share_for_worker
 from llmload.core.conversation import request_count
 from llmload.core.messages import clock_offset, job_items, read_records_message
 from llmload.core.schedule import Schedule
 from llmload.distributed.worker import auth_proof
-from llmload.records import RequestRecord
 
 #: the first send is this far in the future when a job goes out, so every worker starts together
 START_LEAD_S = 0.5

@@ -139,7 +139,7 @@ class BenchWorker:
         on_dispatch = lambda r: self.shipper.dispatched(r.index)  # noqa: E731
         closed = job.get("closed")
         if closed:
-            from llmload.arrivals import parse_think_time
+            from llmload.core.arrivals import parse_think_time
 
             think = parse_think_time(closed["think"])
             gevent.sleep(max(0.0, start_at - perf_counter()))

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
+from llmload.client.failures import KINDS, kind_of
 from llmload.exporter.collector import Family, snapshot
-from llmload.failures import KINDS, kind_of
 from llmload.metrics.definitions import (
     e2el_s,
     input_tokens,
@@ -30,8 +30,8 @@ from llmload.metrics.definitions import (
 )
 
 if TYPE_CHECKING:
+    from llmload.client.records import RequestRecord
     from llmload.exporter.server import Endpoint, MetricsServer
-    from llmload.records import RequestRecord
 
 #: upper bounds, seconds. TTFT: a fast prefill (ms) up to a queue of minutes, as vLLM's own spread
 TTFT_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0,

@@ -117,8 +117,8 @@ def locust_exporter(run: Any) -> RunExporter | None:
     endpoint = bind_from_options(run.options)
     if endpoint is None:
         return None
+    from llmload.client.users import LLMUser
     from llmload.core.workload import schedule_spec
-    from llmload.users import LLMUser
 
     classes = [c.__name__ for c in run.environment.user_classes if isinstance(c, type) and issubclass(c, LLMUser)]
     lags = not run.headless or schedule_spec(run.options).open_loop_lag_counts

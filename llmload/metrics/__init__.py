@@ -14,7 +14,7 @@
 Statistics: numpy mean, median, population std, ``np.percentile`` (linear); an empty list gives 0.
 
 Names load on first use: the simulator imports :mod:`llmload.metrics.percentiles` and runs without numpy, and
-:mod:`llmload.records` takes its properties from :mod:`llmload.metrics.definitions`.
+:mod:`llmload.client.records` takes its properties from :mod:`llmload.metrics.definitions`.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from llmload.metrics.slos import check_slos, split_slos
 if TYPE_CHECKING:
     import numpy as np
 
-    from llmload.records import RequestRecord
+    from llmload.client.records import RequestRecord
 
 #: percentiles the live tab shows
 LIVE_PERCENTILES = (50.0, 90.0, 99.0)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from llmload.failures import kind_of
+from llmload.client.failures import kind_of
 from llmload.metrics.definitions import (
     GOODPUT_MISSING,
     METRICS,
@@ -23,7 +23,7 @@ from llmload.metrics.definitions import (
 from llmload.metrics.histogram import LogHistogram
 
 if TYPE_CHECKING:
-    from llmload.records import RequestRecord
+    from llmload.client.records import RequestRecord
 
 #: latency metrics taken from completed requests, one value each (aligned: NaN where it does not apply)
 ALIGNED = tuple(k for k, m in METRICS.items() if m.applies_to != SENT and not m.pooled)

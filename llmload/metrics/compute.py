@@ -1,7 +1,7 @@
 """``compute_metrics`` and vLLM's ``--save-detailed`` lists, over a list of records.
 
 Every request sent is counted once: ``sent = completed + failed + cut_off``, and ``failures_by_kind`` (kinds of
-:mod:`llmload.failures`, cut-off ones as ``cut_off``) adds up to ``failed + cut_off``. Failed and cut-off
+:mod:`llmload.client.failures`, cut-off ones as ``cut_off``) adds up to ``failed + cut_off``. Failed and cut-off
 requests count 0 output tokens and no input tokens, and are left out of every latency list.
 """
 
@@ -16,7 +16,7 @@ from llmload.metrics.definitions import input_tokens, is_completed, itls_s, outp
 from llmload.metrics.result import BenchmarkMetrics
 
 if TYPE_CHECKING:
-    from llmload.records import RequestRecord
+    from llmload.client.records import RequestRecord
 
 
 def compute_metrics(

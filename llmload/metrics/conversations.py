@@ -59,7 +59,7 @@ from llmload.metrics.percentiles import linear_percentiles
 from llmload.metrics.result import Distribution
 
 if TYPE_CHECKING:
-    from llmload.records import RequestRecord
+    from llmload.client.records import RequestRecord
 
 #: turns with this index or higher share one row (labelled "16+")
 TURN_ROWS = 16

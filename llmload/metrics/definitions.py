@@ -22,7 +22,7 @@ A request is *completed* when it succeeded and was not cut off by the end of the
 rule (vLLM's ``--goodput``): a completed request is good when every given SLO holds, ``value_s <= slo_ms /
 1000``, with TPOT counted as 0 for a one-token output.
 
-This module must not import :mod:`llmload.records` at run time: ``RequestRecord``'s properties come from here.
+This module must not import :mod:`llmload.client.records` at run time: ``RequestRecord``'s properties come from here.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from llmload.records import RequestRecord
+    from llmload.client.records import RequestRecord
 
 #: ``Metric.applies_to``: successful and not cut off
 COMPLETED = "completed"

@@ -15,7 +15,7 @@ import numpy as np
 from llmload.metrics.definitions import e2el_s, itls_s
 
 if TYPE_CHECKING:
-    from llmload.records import RequestRecord
+    from llmload.client.records import RequestRecord
 
 
 def token_times(record: RequestRecord) -> list[float]:

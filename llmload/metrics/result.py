@@ -106,7 +106,7 @@ class BenchmarkMetrics:
     total_input_server: int | None = None
     #: per record, in input order: counted output tokens (0 unless completed), as vLLM's ``actual_output_lens``
     output_lens: list[int] = field(default_factory=list)
-    #: failed and cut-off requests by kind (:data:`llmload.failures.KINDS`), most frequent first
+    #: failed and cut-off requests by kind (:data:`llmload.client.failures.KINDS`), most frequent first
     failures_by_kind: dict[str, int] = field(default_factory=dict)
     #: one error message per kind in ``failures_by_kind`` (the first one seen)
     failure_examples: dict[str, str] = field(default_factory=dict)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 
 from llmload import argtypes
-from llmload.backends import BACKENDS
 from llmload.choices import (
     ARRIVALS,
     CONTEXT_POLICIES,
@@ -19,6 +18,7 @@ from llmload.choices import (
     TRACE_FORMATS,
     TTFT_RULES,
 )
+from llmload.client.backends import BACKENDS
 from llmload.datasets import DATASET_NAMES
 from llmload.options.spec import Option, Scope
 

@@ -80,8 +80,8 @@ def print_summary(run: Any) -> None:
         _write_result(run, metrics, acc, observed, Path(opts.llm_result))
     path = getattr(opts, "llm_records", "")
     if path:
+        from llmload.client.records.file import write_records
         from llmload.plugin.observing import save_series
-        from llmload.records.file import write_records
 
         write_records(Path(path), records)
         print(f"llmload: wrote {len(records)} request records to {path}", file=sys.stderr, flush=True)

@@ -17,7 +17,7 @@ from llmload.errors import LLMLoadError
 from llmload.options import api_key
 
 if TYPE_CHECKING:
-    from llmload.users import LLMUser
+    from llmload.client.users import LLMUser
 
 
 @dataclass
@@ -60,7 +60,7 @@ def load_workload(opts: Any, host: str) -> Workload:
 
 
 def user_classes(environment: Any) -> list[type[LLMUser]]:
-    from llmload.users import LLMUser
+    from llmload.client.users import LLMUser
 
     return [cls for cls in environment.user_classes if issubclass(cls, LLMUser)]
 
@@ -83,7 +83,7 @@ def build_schedule(opts: Any, samples: list[Any], environment: Any, live: bool) 
 
 def configure_classes(environment: Any, opts: Any, model: str) -> None:
     """Give every LLM user class the run's settings, unless the locustfile set them on the class itself."""
-    from llmload.arrivals import parse_think_time
+    from llmload.core.arrivals import parse_think_time
     from llmload.core.settings import UserSettings
 
     think = parse_think_time(opts.think_time) if getattr(opts, "think_time", "") else None
@@ -102,7 +102,7 @@ def configure_classes(environment: Any, opts: Any, model: str) -> None:
 
 
 def conversation_settings(opts: Any, environment: Any) -> None:
-    """A locustfile with a :class:`~llmload.users.ConversationUser` runs as ``--multi-turn``; ``--multi-turn``
+    """A locustfile with a :class:`~llmload.client.users.ConversationUser` runs as ``--multi-turn``; ``--multi-turn``
     with vLLM's completions dialect switches to chat (docs/conversations.md). Checks the conversation options."""
     if any(getattr(cls, "multi_turn", False) for cls in user_classes(environment)):
         opts.multi_turn = True

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llmload.choices import RECORDS_FORMATS
+from llmload.client.records import RequestRecord
 from llmload.errors import DatasetError
-from llmload.records import RequestRecord
 
 if TYPE_CHECKING:
     from llmload.servermetrics.snapshot import Snapshot
@@ -146,7 +146,7 @@ def _label(data: dict[str, Any], path: Path) -> str:
 
 
 def _from_records(data: dict[str, Any], path: Path, records_path: Path) -> Run:
-    from llmload.records.file import read_records
+    from llmload.client.records.file import read_records
 
     try:
         records = read_records(records_path)

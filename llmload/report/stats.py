@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from llmload.client.records import RequestRecord
 from llmload.metrics import (
     METRICS,
     SENT,
@@ -23,7 +24,6 @@ from llmload.metrics import (
     is_completed,
     itls_s,
 )
-from llmload.records import RequestRecord
 from llmload.report.loader import Run
 
 if TYPE_CHECKING:

@@ -26,9 +26,9 @@ from collections.abc import Callable, Mapping
 from time import perf_counter
 from typing import Any
 
+from llmload.client.records import RequestRecord
 from llmload.errors import ConfigError
 from llmload.metrics import GOODPUT_METRICS, METRICS, MetricsAccumulator, form_items, parse_goodput
-from llmload.records import RequestRecord
 
 #: latency metrics, in display order: key -> label
 LATENCIES = {key: metric.label for key, metric in METRICS.items()}
@@ -47,7 +47,7 @@ _RUN_ONLY = ("total_input_tokens", "itl_exact")
 class LiveStats:
     """Aggregates the records of one test as they arrive; :meth:`window` and :meth:`run` give the tab's numbers.
 
-    ``source`` is the append-only list of the environment's run (``environment.llmload.records``); only records that
+    ``source`` is the append-only list of the environment's run (``environment.llmload.client.records``); only records that
     started at or after :meth:`reset` time are counted, so a new test from the UI starts from zero.
     """
 
@@ -70,7 +70,7 @@ class LiveStats:
 
     @property
     def errors(self) -> dict[str, int]:
-        """Failed and cut-off requests of the test by kind (:mod:`llmload.failures`)."""
+        """Failed and cut-off requests of the test by kind (:mod:`llmload.client.failures`)."""
         return _kinds(self.acc.total.failures)
 
     @property

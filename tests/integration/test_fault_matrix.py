@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from support import end_process, free_port, llmload_command, match_trace, offline_env
 
-from llmload.failures import KINDS
+from llmload.client.failures import KINDS
 
 RATES = (0.05, 0.3, 1.0)
 PROMPTS = 40

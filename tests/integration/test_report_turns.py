@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from llmload.bench.results import write_json, write_records
+from llmload.client.records import RequestRecord
 from llmload.metrics import compute_metrics
-from llmload.records import RequestRecord
 from llmload.report.build import build
 
 pytestmark = pytest.mark.slow

@@ -140,8 +140,8 @@ def browser():
 @pytest.mark.slow
 def test_llm_tab_in_browser(start_sim, start_web, tmp_path: Path) -> None:
     sync_playwright = browser()
+    from llmload.client.records import RequestRecord
     from llmload.metrics import METRIC_NAMES, compute_metrics
-    from llmload.records import RequestRecord
 
     sim = start_sim("--ttft-ms", "30", "--itl-ms", "5")
     web = start_web(script("locust"), *locust_args(sim.url))

@@ -11,7 +11,7 @@ import test_webui
 from test_webui import CHROMIUM, CHROMIUM_ARGS, browser, locust_args, script
 from test_webui_turns import ORIGIN, payload, serve
 
-from llmload.records import RequestRecord
+from llmload.client.records import RequestRecord
 from llmload.webui.live import LiveStats
 
 start_web = test_webui.start_web  # the fixture

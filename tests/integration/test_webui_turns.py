@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from llmload.records import RequestRecord
+from llmload.client.records import RequestRecord
 from llmload.webui.live import LATENCIES, LiveStats
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from llmload.arrivals import (
+from llmload.core.arrivals import (
     constant_offsets,
     parse_think_time,
     share_for_worker,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from llmload.arrivals import request_rates, share_for_worker, vllm_send_offsets
+from llmload.core.arrivals import request_rates, share_for_worker, vllm_send_offsets
 from llmload.errors import ConfigError
 
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmload.backends import BACKENDS, StreamEvent, get_backend
+from llmload.client.backends import BACKENDS, StreamEvent, get_backend
+from llmload.client.sse import DONE, parse_line
 from llmload.errors import ConfigError, EndpointError
-from llmload.sse import DONE, parse_line
 
 
 def events(name: str, raw: bytes) -> list[StreamEvent]:

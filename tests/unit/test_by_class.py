@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from llmload.client.records import RequestRecord
 from llmload.errors import ConfigError
 from llmload.metrics import MetricsAccumulator, compute_metrics, parse_goodput, split_slos
-from llmload.records import RequestRecord
 from llmload.summary import format_summary
 from llmload.webui.live import LiveStats, parse_slos
 

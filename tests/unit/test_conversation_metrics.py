@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from llmload.bench.results import read_records, record_from_row, write_json, write_records
+from llmload.client.records import RequestRecord
 from llmload.metrics import TURN_ROWS, compute_metrics, turn_row
-from llmload.records import RequestRecord
 from llmload.summary import format_llmload_block, format_summary, format_vllm_block
 from llmload.webui.live import LiveStats
 

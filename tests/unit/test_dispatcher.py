@@ -9,6 +9,7 @@ import gevent
 import pytest
 from gevent.event import Event
 
+from llmload.client.records import RequestRecord
 from llmload.core.dispatch import (
     RequestQueue,
     StopControl,
@@ -20,7 +21,6 @@ from llmload.core.dispatch import (
 from llmload.core.schedule import LiveSchedule, Schedule, Scheduled, ScheduleSpec
 from llmload.core.sink import RecordList
 from llmload.datasets.base import SampleRequest
-from llmload.records import RequestRecord
 
 
 class FakeSender:

@@ -14,13 +14,13 @@ import pytest
 from gevent import socket as gsocket
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmload.client.failures import CUT_OFF, HTTP_5XX, KINDS, READ_TIMEOUT
+from llmload.client.records import RequestRecord
 from llmload.errors import ConfigError
 from llmload.exporter import IN_FLIGHT, METRIC_NAMES, LiveExporter, bind, sample_names
 from llmload.exporter.collector import BucketCounts
 from llmload.exporter.metrics import FAMILIES, OUTCOMES
 from llmload.exporter.wiring import RunExporter, bind_from_options
-from llmload.failures import CUT_OFF, HTTP_5XX, KINDS, READ_TIMEOUT
-from llmload.records import RequestRecord
 
 
 def completed(start: float, gaps: list[float], *, cls: str = "", prompt: int = 10, lag: float | None = None,

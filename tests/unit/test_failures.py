@@ -6,9 +6,9 @@ import socket
 
 import pytest
 
-from llmload import failures, transport
-from llmload.backends import get_backend
-from llmload.failures import (
+from llmload.client import failures, transport
+from llmload.client.backends import get_backend
+from llmload.client.failures import (
     KINDS,
     event_failure,
     http_kind,
@@ -16,9 +16,9 @@ from llmload.failures import (
     is_json_answer,
     kind_of,
 )
+from llmload.client.records import RequestRecord
+from llmload.client.transport import Pool
 from llmload.metrics import compute_metrics, failure_counts
-from llmload.records import RequestRecord
-from llmload.transport import Pool
 
 
 def test_kinds_are_the_documented_ones():

@@ -13,9 +13,9 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from llmload.client.records import RequestRecord
 from llmload.commands import bench
 from llmload.exporter import METRIC_NAMES, LiveExporter, sample_names
-from llmload.records import RequestRecord
 from llmload.sim.metrics.spec import VLLM as VLLM_DIALECT
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,7 +3,8 @@ they may import", so that neither can drift from the other.
 
 Every ``import`` of llmload under ``llmload/`` counts, the ones inside functions too (they run); imports under
 ``if TYPE_CHECKING:`` do not (they never run). A *unit* is a top-level module (``errors`` for
-``llmload/errors.py``) or package (``core`` for ``llmload/core/``). For each row of the table the test holds:
+``llmload/errors.py``) or package (``core`` for ``llmload/core/``), or, inside ``llmload/client/`` (the client
+side, which spans layers), one of its modules or subpackages (``client.transport``). For each row of the table the test holds:
 the units its code imports are exactly the ones the row lists, none of them is one it must not import, the
 units import one another without a cycle and so do the modules; no module imports another's private names.
 The layer picture in docs/design.md is this graph's, and is checked too.
@@ -30,6 +31,9 @@ PICTURE_START = "<!-- layers: python tests/unit/test_layers.py -->"
 PICTURE_END = "<!-- /layers -->"
 #: the root package's own unit (``llmload/__init__.py``: ``from llmload import __version__``)
 ROOT_UNIT = "llmload"
+#: packages that group units of several layers: each of their modules and subpackages is a unit of its own
+#: (``client.users``, ``client.transport``); the package's ``__init__`` is the unit ``client``
+SPLIT_PACKAGES = frozenset({"client"})
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,8 @@ def all_modules() -> dict[str, Path]:
 
 def unit_of(module: str) -> str:
     parts = module.split(".")
+    if len(parts) > 2 and parts[1] in SPLIT_PACKAGES:
+        return f"{parts[1]}.{parts[2]}"
     return parts[1] if len(parts) > 1 else ROOT_UNIT
 
 

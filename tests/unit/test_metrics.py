@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from llmload.client.records import RequestRecord
 from llmload.errors import ConfigError
 from llmload.metrics import (
     DETAILED_KEYS,
@@ -15,7 +16,6 @@ from llmload.metrics import (
     tpot_s,
     tpot_steady_s,
 )
-from llmload.records import RequestRecord
 
 
 def rec(start: float, chunks: list[float], out: int, **kw) -> RequestRecord:

@@ -11,6 +11,7 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
+from llmload.client.records import RequestRecord
 from llmload.metrics import (
     LogHistogram,
     MetricsAccumulator,
@@ -20,7 +21,6 @@ from llmload.metrics import (
     parse_goodput,
     rank_bucket,
 )
-from llmload.records import RequestRecord
 
 PCTS = (50.0, 90.0, 99.0)
 

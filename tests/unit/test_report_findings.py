@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from llmload.records import RequestRecord
+from llmload.client.records import RequestRecord
 from llmload.report.findings import (
     client_saturated,
     compare_findings,

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llmload.records import RequestRecord
+from llmload.client.records import RequestRecord
 from llmload.report.loader import Run
 from llmload.report.server_figures import binned_median
 from llmload.report.server_findings import kv_pressure, server_findings, server_saturated, stall_is_admission

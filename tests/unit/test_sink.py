@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from llmload.client.records import RequestRecord
 from llmload.core.messages import RECORDS, clock_offset, job_items, job_requests, read_records_message
 from llmload.core.schedule import Schedule, ScheduleSpec
 from llmload.core.sink import BatchShipper, RecordList
 from llmload.datasets.base import SampleRequest
-from llmload.records import RequestRecord
 
 
 def record(rid: str, t: float = 10.0) -> RequestRecord:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmload.sse import DONE, parse_line
+from llmload.client.sse import DONE, parse_line
 
 
 @pytest.mark.parametrize(

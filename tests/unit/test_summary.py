@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from llmload.client.records import RequestRecord
 from llmload.metrics import compute_metrics
-from llmload.records import RequestRecord
 from llmload.summary import format_run_header, format_summary, heading
 
 

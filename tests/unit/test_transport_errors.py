@@ -12,8 +12,8 @@ import threading
 import pytest
 from wire_server import CHUNKED_HEAD, EVENT, PATIENCE_S, chunk, ok, read_request, reset
 
-from llmload import failures
-from llmload.transport import (
+from llmload.client import failures
+from llmload.client.transport import (
     ClosedBeforeResponse,
     ClosedMidStream,
     ConnectError,

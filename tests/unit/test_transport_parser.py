@@ -19,8 +19,8 @@ import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from llmload.sse import parse_line
-from llmload.transport import Response, ResponseParser, TransportError
+from llmload.client.sse import parse_line
+from llmload.client.transport import Response, ResponseParser, TransportError
 
 #: a few seconds for the whole file; never a timing deadline (shared CI machines are noisy)
 FUZZ = settings(max_examples=200, deadline=None)

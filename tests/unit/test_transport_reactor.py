@@ -12,8 +12,8 @@ import weakref
 
 from wire_server import CHUNKED_HEAD, EVENT, chunk, read_request
 
+from llmload.client.transport import Pool, Reactor
 from llmload.core.health import HealthMonitor
-from llmload.transport import Pool, Reactor
 
 HEALTH_KEYS = {"cpu_percent_mean", "cpu_percent_max", "loop_lag_p50_ms", "loop_lag_p99_ms", "loop_lag_max_ms",
                "schedule_lag_p99_ms", "late_sends", "sends", "read_lag_p99_ms", "bottleneck", "reason"}

@@ -6,7 +6,7 @@ The completions route sends no ``stream_options``, so output tokens come from re
 
 from __future__ import annotations
 
-from llmload.backends.openai import OpenAICompletions
+from llmload.client.backends.openai import OpenAICompletions
 
 
 class ModularCompletions(OpenAICompletions):

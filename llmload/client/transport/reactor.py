@@ -6,8 +6,8 @@ the burst (docs/design.md, "Transport"). A :class:`Reactor` watches one epoll se
 when gevent's loop reports it ready, a callback reads every ready socket and stamps each read with the kernel's
 arrival time (``SO_TIMESTAMPNS``) or, without one, the moment the read returned.
 
-Socket errors are handed to the request's greenlet as they are: :class:`llmload.transport.Pool` maps them to
-:mod:`llmload.transport.errors` types in one place.
+Socket errors are handed to the request's greenlet as they are: :class:`llmload.client.transport.Pool` maps them to
+:mod:`llmload.client.transport.errors` types in one place.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import weakref
 from time import perf_counter
 from typing import Any
 
-from llmload.transport.errors import ListenerError, TransportError, read_timed_out, request_timed_out
-from llmload.transport.parser import ResponseParser
+from llmload.client.transport.errors import ListenerError, TransportError, read_timed_out, request_timed_out
+from llmload.client.transport.parser import ResponseParser
 
 #: below glibc's mmap threshold (128 KiB): a larger read buffer costs an mmap + munmap per read (~30 µs)
 RECV_SIZE = 65536
@@ -104,7 +104,7 @@ class Reactor:
     def read(self, conn: Connection, parser: ResponseParser) -> None:
         """Block the calling greenlet until ``parser`` has a complete response from ``conn``.
 
-        Raises what the parser raised, :class:`~llmload.transport.errors.ReadTimeout` or
+        Raises what the parser raised, :class:`~llmload.client.transport.errors.ReadTimeout` or
         ``RequestTimeout`` from the watchdog, or the raw ``OSError`` of a failed read.
         """
         if conn.tls or self._epoll_type is None:

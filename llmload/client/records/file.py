@@ -11,8 +11,8 @@ from typing import Any
 
 import orjson
 
+from llmload.client.records.record import RequestRecord
 from llmload.errors import ConfigError
-from llmload.records.record import RequestRecord
 
 
 def records_path(result_path: Path, fmt: str) -> Path:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from llmload.transport.errors import ClosedBeforeResponse, ClosedMidStream, ProtocolError
+from llmload.client.transport.errors import ClosedBeforeResponse, ClosedMidStream, ProtocolError
 
 #: the largest response head (status line and headers) accepted
 MAX_HEAD = 1 << 20

@@ -46,7 +46,7 @@ class LLMEvents:
     """
     Fired when the first token of a streaming response arrives (per the run's TTFT rule).
 
-    :param record: the :class:`~llmload.records.RequestRecord` being filled in; ``record.first_token`` is set
+    :param record: the :class:`~llmload.client.records.RequestRecord` being filled in; ``record.first_token`` is set
     :param text: the text of the first event
     :param user: the Locust user that sent the request
     """
@@ -55,7 +55,7 @@ class LLMEvents:
     """
     Fired for every later counted event (a chunk may hold several tokens).
 
-    :param record: the request's :class:`~llmload.records.RequestRecord`
+    :param record: the request's :class:`~llmload.client.records.RequestRecord`
     :param itl: seconds since the previous counted event (the inter-token latency)
     :param tokens: tokens carried by the event (1 unless the wire says more)
     :param text: the event's text
@@ -66,7 +66,7 @@ class LLMEvents:
     """
     Fired once per request, when it finished, failed or was cut off by the end of the run.
 
-    :param record: the finished :class:`~llmload.records.RequestRecord`
+    :param record: the finished :class:`~llmload.client.records.RequestRecord`
     :param user: the Locust user (None when the request was sent outside a user)
     """
 

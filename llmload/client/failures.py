@@ -48,7 +48,7 @@ KINDS = (
     HTTP_5XX, HTTP_429, HTTP_4XX, CONNECT, READ_TIMEOUT, REQUEST_TIMEOUT, DISCONNECT, MALFORMED_EVENT,
     MALFORMED_HTTP, ERROR_EVENT, NOT_STREAMED, EMPTY_STREAM, CUT_OFF, CLIENT_ERROR,
 )
-#: what :attr:`llmload.transport.TransportError.kind` may say
+#: what :attr:`llmload.client.transport.TransportError.kind` may say
 TRANSPORT_KINDS = frozenset((CONNECT, READ_TIMEOUT, REQUEST_TIMEOUT, DISCONNECT, MALFORMED_HTTP, CLIENT_ERROR))
 
 #: the message of a non-streamed answer to a streaming request
@@ -72,7 +72,7 @@ _MALFORMED_HTTP_WORDS = ("malformed status line", "malformed chunk", "bad conten
 
 
 def _error_in(data: dict) -> bool:
-    """An error object, in the shapes :func:`llmload.backends.base.error_message` reads."""
+    """An error object, in the shapes :func:`llmload.client.backends.base.error_message` reads."""
     return data.get("error") is not None or data.get("object") == "error"
 
 

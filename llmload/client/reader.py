@@ -1,7 +1,7 @@
-"""Reading one response into its :class:`~llmload.records.RequestRecord`: the TTFT rule, token times, usage,
+"""Reading one response into its :class:`~llmload.client.records.RequestRecord`: the TTFT rule, token times, usage,
 reasoning and prefix-cache counts, and the failure a broken answer gets (docs/design.md, "Metric definitions").
 
-The transport hands over timestamped lines (:mod:`llmload.transport.parser`); this module splits SSE, lets the
+The transport hands over timestamped lines (:mod:`llmload.client.transport.parser`); this module splits SSE, lets the
 backend parse each event and decides which events count.
 """
 
@@ -14,9 +14,9 @@ import orjson
 from gevent import Timeout as gevent_Timeout
 from gevent import idle as gevent_idle
 
-from llmload.backends.base import error_message, one_line
-from llmload.events import llm_events
-from llmload.failures import (
+from llmload.client.backends.base import error_message, one_line
+from llmload.client.events import llm_events
+from llmload.client.failures import (
     EMPTY_STREAM,
     EMPTY_STREAM_MESSAGE,
     ERROR_EVENT,
@@ -26,12 +26,12 @@ from llmload.failures import (
     http_kind,
     is_json_answer,
 )
-from llmload.records import RequestRecord
-from llmload.sse import DONE, parse_line
-from llmload.transport import ConnectError, ReadTimeout, RequestTimeout, Response, TransportError
+from llmload.client.records import RequestRecord
+from llmload.client.sse import DONE, parse_line
+from llmload.client.transport import ConnectError, ReadTimeout, RequestTimeout, Response, TransportError
 
 if TYPE_CHECKING:
-    from llmload.users import LLMUser
+    from llmload.client.users import LLMUser
 
 #: events parsed between two yields to the event loop
 PARSE_SLICE = 16
@@ -193,7 +193,7 @@ class StreamReader:
 
     def fail_transport(self, exc: TransportError) -> None:
         """The connection failed or broke mid-stream: keep what arrived, count the request as failed. The
-        error's type decides (:mod:`llmload.transport.errors`); its message names the host and what failed."""
+        error's type decides (:mod:`llmload.client.transport.errors`); its message names the host and what failed."""
         record = self.record
         record.failure_kind = exc.kind
         if isinstance(exc, ConnectError):

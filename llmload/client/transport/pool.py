@@ -9,8 +9,7 @@ from collections.abc import Callable
 from time import perf_counter
 from urllib.parse import urlsplit
 
-from llmload.errors import ConfigError
-from llmload.transport.errors import (
+from llmload.client.transport.errors import (
     ClosedBeforeResponse,
     ClosedMidStream,
     ConnectError,
@@ -19,8 +18,9 @@ from llmload.transport.errors import (
     read_timed_out,
     request_timed_out,
 )
-from llmload.transport.parser import OnLines, Response, ResponseParser
-from llmload.transport.reactor import SO_TIMESTAMPNS, Connection, Reactor
+from llmload.client.transport.parser import OnLines, Response, ResponseParser
+from llmload.client.transport.reactor import SO_TIMESTAMPNS, Connection, Reactor
+from llmload.errors import ConfigError
 
 #: socket errors of a reused keep-alive connection the server had already closed
 _STALE_ERRORS = (ConnectionResetError, BrokenPipeError)
@@ -37,7 +37,7 @@ class Pool:
     (released by :meth:`close`). A process running many pools should give them all one shared reactor: one
     epoll set and one wake-up then serve every stream, and its read lag covers them all.
 
-    :meth:`request` raises only :class:`~llmload.transport.errors.TransportError` subclasses for what went
+    :meth:`request` raises only :class:`~llmload.client.transport.errors.TransportError` subclasses for what went
     wrong on the wire; a socket error is its ``__cause__``.
     """
 

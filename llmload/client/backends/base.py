@@ -11,8 +11,8 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from llmload.client.sse import DONE
 from llmload.errors import EndpointError
-from llmload.sse import DONE
 
 #: longest error message kept from the wire (they end up in records and summaries)
 MAX_ERROR_CHARS = 300
@@ -145,7 +145,7 @@ class Backend:
         return None
 
     def parse_event(self, payload: bytes, state: Any) -> StreamEvent:
-        """Parse one stream payload (from :func:`llmload.sse.parse_line`); never raises.
+        """Parse one stream payload (from :func:`llmload.client.sse.parse_line`); never raises.
 
         Decoding, in-stream error objects and odd shapes (``choices`` that is not a list...) are
         handled here once; :meth:`_event` reads a well-formed dict.

@@ -1,6 +1,6 @@
 """What one request measured (:class:`RequestRecord`) and the records file every way in writes
-(:mod:`llmload.records.file`)."""
+(:mod:`llmload.client.records.file`)."""
 
-from llmload.records.record import RequestRecord
+from llmload.client.records.record import RequestRecord
 
 __all__ = ["RequestRecord"]

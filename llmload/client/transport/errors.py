@@ -10,7 +10,7 @@
     ├── ProtocolError         malformed HTTP framing: status line, Content-Length, chunk sizes, oversized head
     └── ListenerError         a live ``on_lines`` listener raised (llmload's own code path, not the wire)
 
-Every class maps to one failure kind of :mod:`llmload.failures`; :data:`KIND_BY_TYPE` is the only place that
+Every class maps to one failure kind of :mod:`llmload.client.failures`; :data:`KIND_BY_TYPE` is the only place that
 says which, and :attr:`TransportError.kind` reads it.
 """
 
@@ -18,10 +18,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from llmload.failures import CLIENT_ERROR, CONNECT, DISCONNECT, MALFORMED_HTTP, READ_TIMEOUT, REQUEST_TIMEOUT
+from llmload.client.failures import (
+    CLIENT_ERROR,
+    CONNECT,
+    DISCONNECT,
+    MALFORMED_HTTP,
+    READ_TIMEOUT,
+    REQUEST_TIMEOUT,
+)
 
 if TYPE_CHECKING:
-    from llmload.transport.parser import Response
+    from llmload.client.transport.parser import Response
 
 __all__ = [
     "CLIENT_ERROR", "CONNECT", "DISCONNECT", "KIND_BY_TYPE", "MALFORMED_HTTP", "READ_TIMEOUT",

@@ -5,12 +5,12 @@ A new dialect is one module here with a :class:`Backend` subclass, plus one line
 
 from __future__ import annotations
 
-from llmload.backends.base import Backend, StreamEvent
-from llmload.backends.modular import ModularChat, ModularCompletions
-from llmload.backends.openai import OpenAIChat, OpenAICompletions, VLLMCompletions
-from llmload.backends.sglang import SGLangNative
-from llmload.backends.tensorrt_llm import TensorRTLLM
-from llmload.backends.tgi import TGI
+from llmload.client.backends.base import Backend, StreamEvent
+from llmload.client.backends.modular import ModularChat, ModularCompletions
+from llmload.client.backends.openai import OpenAIChat, OpenAICompletions, VLLMCompletions
+from llmload.client.backends.sglang import SGLangNative
+from llmload.client.backends.tensorrt_llm import TensorRTLLM
+from llmload.client.backends.tgi import TGI
 from llmload.errors import ConfigError
 
 __all__ = ["BACKENDS", "Backend", "StreamEvent", "get_backend"]

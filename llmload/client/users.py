@@ -1,6 +1,6 @@
 """Locust users that send one streaming completion per task and time every token.
 
-The stream is read by :mod:`llmload.transport` and turned into a record by :mod:`llmload.reader`: every
+The stream is read by :mod:`llmload.client.transport` and turned into a record by :mod:`llmload.client.reader`: every
 ``recv`` is timestamped the moment it returns and the lines it completed carry that time; JSON is parsed after
 the stream, or live when someone listens to the ``first_token``/``token`` hooks (docs/design.md "Transport": per-event work in the read loop delays later timestamps).
 Locust's stats table gets three rows per request, ``LLM E2E`` (with failures), ``LLM TTFT`` and
@@ -17,32 +17,32 @@ import orjson
 from gevent import GreenletExit
 from locust import User, task
 
-from llmload.backends import Backend, get_backend
-from llmload.backends.base import one_line
-from llmload.choices import TTFT_RULES  # noqa: F401  (re-exported: llmload.users.TTFT_RULES)
-from llmload.core.schedule import Scheduled
-from llmload.core.state import state_of
-from llmload.datasets.base import SampleRequest
-from llmload.events import llm_events
-from llmload.failures import (
+from llmload.choices import TTFT_RULES  # noqa: F401  (re-exported: llmload.client.users.TTFT_RULES)
+from llmload.client.backends import Backend, get_backend
+from llmload.client.backends.base import one_line
+from llmload.client.events import llm_events
+from llmload.client.failures import (
     CLIENT_ERROR,
     CUT_OFF,
 )
-from llmload.reader import StreamReader
-from llmload.records import RequestRecord
-from llmload.transport import Pool, TransportError
+from llmload.client.reader import StreamReader
+from llmload.client.records import RequestRecord
+from llmload.client.transport import Pool, TransportError
+from llmload.core.schedule import Scheduled
+from llmload.core.state import state_of
+from llmload.datasets.base import SampleRequest
 
 
 class LLMUser(User):
     """Base class: set ``backend`` (a ``--backend`` name); llmload's plugin gives it the run's requests.
 
-    A plain Locust ``User``: requests go through llmload's own transport (:mod:`llmload.transport`), which
+    A plain Locust ``User``: requests go through llmload's own transport (:mod:`llmload.client.transport`), which
     timestamps every read; Locust's HTTP session would only sit unused.
     """
 
     abstract = True
 
-    #: wire dialect, a name from :data:`llmload.backends.BACKENDS`
+    #: wire dialect, a name from :data:`llmload.client.backends.BACKENDS`
     backend: str = "vllm"
     #: request path; defaults to the backend's
     endpoint: str | None = None

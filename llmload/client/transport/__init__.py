@@ -17,7 +17,7 @@ Without epoll (not Linux) each request reads its own socket with the same parser
     pool     Pool (keep-alive connections; maps socket errors to TransportError)
 """
 
-from llmload.transport.errors import (
+from llmload.client.transport.errors import (
     CLIENT_ERROR,
     CONNECT,
     DISCONNECT,
@@ -38,9 +38,9 @@ from llmload.transport.errors import (
     read_timed_out,
     request_timed_out,
 )
-from llmload.transport.parser import MAX_HEAD, OnLines, Response, ResponseParser
-from llmload.transport.pool import Pool
-from llmload.transport.reactor import (
+from llmload.client.transport.parser import MAX_HEAD, OnLines, Response, ResponseParser
+from llmload.client.transport.pool import Pool
+from llmload.client.transport.reactor import (
     RECV_SIZE,
     SO_TIMESTAMPNS,
     SWITCH_INTERVAL_S,

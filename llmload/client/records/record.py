@@ -52,7 +52,7 @@ class RequestRecord:
     success: bool = False
     #: one line; empty when successful
     error: str = ""
-    #: one of :data:`llmload.failures.KINDS` (``http_5xx``, ``disconnect``, ``cut_off``...); empty when successful
+    #: one of :data:`llmload.client.failures.KINDS` (``http_5xx``, ``disconnect``, ``cut_off``...); empty when successful
     failure_kind: str = ""
     status_code: int = 0
     #: set when the run ended while the request was in flight
