@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,11 +12,10 @@ from llmload.bench.console import log
 from llmload.core.workload import chat_backend_for_conversations, check_conversation_options, schedule_spec
 from llmload.errors import ConfigError
 from llmload.metrics import parse_goodput
-from llmload.options import api_key
+from llmload.options import api_key, cluster_token
 from llmload.urls import redact_url, secrets_in
 
 #: environment variable holding the token workers must prove they know (docs/distributed.md)
-CLUSTER_TOKEN_ENV = "LLMLOAD_CLUSTER_TOKEN"
 #: requests against the simulator when --num-prompts is not given
 SIM_PROMPTS = 200
 
@@ -168,19 +166,6 @@ def check_writable(directory: Path) -> None:
         probe.unlink()
     except OSError as exc:
         raise ConfigError(f"--result-dir {directory}: cannot write there ({exc.strerror or exc})") from None
-
-
-def cluster_token(args: argparse.Namespace) -> str | None:
-    path = getattr(args, "cluster_token_file", None)
-    if path:
-        try:
-            token = (sys.stdin.read() if path == "-" else Path(path).read_text()).strip()
-        except OSError as exc:
-            raise ConfigError(f"--cluster-token-file: cannot read {path}: {exc.strerror}") from None
-        if not token:
-            raise ConfigError(f"--cluster-token-file: {path} is empty")
-        return token
-    return os.environ.get(CLUSTER_TOKEN_ENV) or None
 
 
 def is_loopback(host: str) -> bool:

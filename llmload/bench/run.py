@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 from llmload.bench.console import log
 from llmload.bench.outputs import THRESHOLD_MISSED, Finished, report
-from llmload.bench.plan import CLUSTER_TOKEN_ENV, SIM_PROMPTS, RunPlan, cluster_token
+from llmload.bench.plan import SIM_PROMPTS, RunPlan
 from llmload.bench.setup import (
     environment,
     initial_test,
@@ -23,6 +23,7 @@ from llmload.bench.setup import (
     start_target,
 )
 from llmload.errors import EndpointError, LLMLoadError
+from llmload.options import CLUSTER_TOKEN_ENV, cluster_token
 
 __all__ = ["CLUSTER_TOKEN_ENV", "SIM_PROMPTS", "THRESHOLD_MISSED", "make_user_class", "run_bench", "run_worker"]
 

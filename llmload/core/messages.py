@@ -19,10 +19,10 @@ from time import perf_counter
 from typing import Any
 
 from llmload.client.records import RequestRecord
+from llmload.core.protocol import RECORDS
 from llmload.core.schedule import Schedule, Scheduled
 from llmload.datasets.base import SampleRequest, Turn
 
-RECORDS = "llm_records"
 _TIME_FIELDS = ("start", "first_token", "first_answer_token", "intended_send", "dispatched_at")
 
 

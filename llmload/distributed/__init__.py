@@ -18,8 +18,9 @@ that connects is told to quit. Without a token every worker that connects is tru
 """
 
 from llmload.core.messages import clock_offset, shift_record
+from llmload.core.protocol import FREEZE_S, auth_proof
 from llmload.distributed.master import BenchMaster, MasterResult, WorkerState, split_concurrency
-from llmload.distributed.worker import FREEZE_S, BenchWorker, auth_proof
+from llmload.distributed.worker import BenchWorker
 
 __all__ = ["FREEZE_S", "BenchMaster", "BenchWorker", "MasterResult", "WorkerState", "auth_proof", "clock_offset",
            "shift_record", "split_concurrency"]

@@ -1,10 +1,9 @@
 """The master side of a distributed ``llmload bench``: hand out shares, collect records, handle dead,
-frozen, leaving and joining workers."""
+frozen, leaving and joining workers (the messages: :mod:`llmload.core.protocol`); the bookkeeping of each
+worker's share (:class:`WorkerState`, :func:`hand_over`) serves ``locust -f``'s master too."""
 
 from __future__ import annotations
 
-import hmac
-import secrets
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -15,18 +14,15 @@ import gevent
 from gevent.event import Event
 
 from llmload.client.records import RequestRecord
+from llmload.core import protocol
 from llmload.core.arrivals import share_for_worker
 from llmload.core.conversation import request_count
 from llmload.core.messages import clock_offset, job_items, read_records_message
+from llmload.core.protocol import START_LEAD_S, Done, Job, Revoke, Stop, TokenGate
 from llmload.core.schedule import Schedule
-from llmload.distributed.worker import auth_proof
 
-#: the first send is this far in the future when a job goes out, so every worker starts together
-START_LEAD_S = 0.5
 #: requests re-balanced to a joining worker are due at least this far in the future
 REBALANCE_MARGIN_S = 2.0
-#: a worker that has not answered the cluster-token challenge after this long is asked again
-CHALLENGE_AGAIN_S = 1.0
 
 
 def split_concurrency(total: int | None, workers: int) -> list[int | None]:
@@ -143,11 +139,8 @@ class BenchMaster:
         self.on_record = on_record
         self.token = token
         self.log = log
-        #: worker id -> nonce of the challenge sent to it, and when it was last sent
-        self._challenged: dict[str, str] = {}
-        self._challenged_at: dict[str, float] = {}
-        #: workers that proved they hold the cluster token (all workers when there is none)
-        self.authenticated: set[str] = set()
+        #: which workers proved they hold the cluster token (all of them when there is none)
+        self.gate = TokenGate(runner, token, log)
         self.workers: dict[str, WorkerState] = {}
         #: (schedule index, turn) -> record: a conversation files each of its turns under its own index
         self.records: dict[tuple[int, int], RequestRecord] = {}
@@ -155,43 +148,15 @@ class BenchMaster:
         self.reassigned: set[int] = set()
         self._index_of: dict[str, int] = {}
         self._my_clock = clock_offset()
-        runner.register_message("llm_records", self._on_records)
-        runner.register_message("llm_done", self._on_done)
-        runner.register_message("llm_auth", self._on_auth)
-        runner.register_message("llm_resumed", self._on_resumed)
+        runner.register_message(protocol.RECORDS, self._on_records)
+        runner.register_message(protocol.DONE, self._on_done)
+        runner.register_message(protocol.RESUMED, self._on_resumed)
 
     # -- joining -------------------------------------------------------------------------------------------
 
     def ready_workers(self) -> list[str]:
-        """Connected workers that may get jobs; challenges the ones not yet asked, and asks again the ones that
-        did not answer within :data:`CHALLENGE_AGAIN_S` (a worker's handler exists only once Locust's worker
-        runner has connected: a challenge that arrives before it is dropped, and a loaded machine makes that
-        likely)."""
-        ready = [c.id for c in self.runner.clients.ready]
-        if not self.token:
-            return ready
-        now = perf_counter()
-        for cid in ready:
-            if cid in self.authenticated:
-                continue
-            if cid not in self._challenged:
-                self._challenged[cid] = secrets.token_hex(16)
-            elif now - self._challenged_at.get(cid, now) < CHALLENGE_AGAIN_S:
-                continue
-            self._challenged_at[cid] = now
-            self.runner.send_message("llm_challenge", {"nonce": self._challenged[cid]}, client_id=cid)
-        return [cid for cid in ready if cid in self.authenticated]
-
-    def _on_auth(self, msg: Any, **_: Any) -> None:
-        cid = msg.node_id
-        nonce = self._challenged.get(cid)
-        proof = str((msg.data or {}).get("proof", ""))
-        if nonce is not None and self.token and hmac.compare_digest(proof, auth_proof(self.token, nonce, cid)):
-            self.authenticated.add(cid)
-            return
-        self.log(f"a worker ({cid}) failed to authenticate with the cluster token: it gets no job and is told "
-                 "to quit")
-        self.runner.send_message("quit", None, client_id=cid)
+        """Connected workers that may get jobs (:meth:`TokenGate.admit`: the others are challenged)."""
+        return self.gate.admit(c.id for c in self.runner.clients.ready)
 
     def wait_for_workers(self, expected: int, timeout_s: float, log: Callable[[str], None],
                          check: Callable[[], None] | None = None) -> list[str]:
@@ -223,9 +188,11 @@ class BenchMaster:
             state.done = False
             self.log(f"{state.name} is back after a freeze: the {len(revoke)} requests it had not sent "
                      "stay with the others")
-        self.runner.send_message("llm_revoke", {"indices": revoke, "resume": True}, client_id=msg.node_id)
+        self.runner.send_message(protocol.REVOKE, Revoke(revoke, resume=True).data(), client_id=msg.node_id)
 
     def _on_records(self, msg: Any, **_: Any) -> None:
+        if not self.gate.trusted(msg.node_id):
+            return  # a stranger's records are not the run's
         state = self.workers.get(msg.node_id)
         batch = read_records_message(msg.data, self._my_clock)
         for record in batch.records:
@@ -245,9 +212,10 @@ class BenchMaster:
     def _on_done(self, msg: Any, **_: Any) -> None:
         state = self.workers.get(msg.node_id)
         if state is not None:
+            done = Done.from_data(msg.data)
             state.done = True
-            state.health = (msg.data or {}).get("health")
-            state.leaving = bool((msg.data or {}).get("leaving"))
+            state.health = done.health
+            state.leaving = done.leaving
 
     # -- the run -------------------------------------------------------------------------------------------
 
@@ -268,7 +236,7 @@ class BenchMaster:
             state = WorkerState(cid, self.runner.get_worker_index(cid))
             state.assigned = set(share_for_worker(schedule.offsets, k, n).tolist())
             self.workers[cid] = state
-            self._send_job(state, sorted(state.assigned), job, shares[k])
+            self._send_job(state, sorted(state.assigned), job, shares[k], first=True)
         stopped = forced = False
         while not all(s.done or s.lost for s in self.workers.values()):
             gevent.sleep(0.1)
@@ -285,7 +253,7 @@ class BenchMaster:
 
     def _broadcast_stop(self, force: bool) -> None:
         for cid in self.workers:
-            self.runner.send_message("llm_stop", {"force": force}, client_id=cid)
+            self.runner.send_message(protocol.STOP, Stop(force).data(), client_id=cid)
 
     def _check_workers(self, job: _Job, stopped: bool, log: Callable[[str], None]) -> None:
         """Re-assign what a leaving or vanished worker had not sent (unless the run is stopping)."""
@@ -342,11 +310,11 @@ class BenchMaster:
                 take = future[::share][: len(future) // share]
                 if take:
                     state.assigned.difference_update(take)
-                    self.runner.send_message("llm_revoke", {"indices": take}, client_id=state.client_id)
+                    self.runner.send_message(protocol.REVOKE, Revoke(take).data(), client_id=state.client_id)
                     moved.extend(take)
             if moved:
                 newcomer.assigned = set(moved)
-                self._send_job(newcomer, sorted(moved), job, None)
+                self._send_job(newcomer, sorted(moved), job, None, first=True)
                 log(f"{newcomer.name} joined: it takes {len(moved)} not yet due requests from the others")
             else:
                 newcomer.done = True
@@ -366,13 +334,11 @@ class BenchMaster:
         merged["per_worker"] = {w.name: w.health for w in workers if w.health}
         return merged
 
-    def _send_job(self, state: WorkerState, indices: Sequence[int], job: _Job, max_concurrency: int | None) -> None:
+    def _send_job(self, state: WorkerState, indices: Sequence[int], job: _Job, max_concurrency: int | None,
+                  first: bool = False) -> None:
         closed = None
         if job.think is not None:
             closed = {"users": max(1, max_concurrency or 1), "think": job.think}
-        self.runner.send_message(
-            "llm_job",
-            {"run": job.run_config, "start_wall": job.start_wall, "items": job_items(job.schedule, indices),
-             "max_concurrency": max_concurrency, "stop_timeout": job.stop_timeout, "closed": closed},
-            client_id=state.client_id,
-        )
+        message = Job(job_items(job.schedule, indices), job.start_wall, first=first, max_concurrency=max_concurrency,
+                      stop_timeout=job.stop_timeout, run=job.run_config, closed=closed)
+        self.runner.send_message(protocol.JOB, message.data(), client_id=state.client_id)

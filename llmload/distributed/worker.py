@@ -1,9 +1,8 @@
-"""The worker side of a distributed ``llmload bench``: run the jobs the master sends, ship records back."""
+"""The worker side of a distributed ``llmload bench``: run the jobs the master sends, ship records back
+(the messages: :mod:`llmload.core.protocol`)."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import time
 from collections.abc import Callable
 from time import perf_counter
@@ -12,22 +11,16 @@ from typing import Any
 import gevent
 from gevent.event import Event
 
+from llmload.core import protocol
+from llmload.core.conversation import request_count, turn_count
 from llmload.core.dispatch import RequestQueue, StopControl, Tally, run_closed_loop, run_open_loop
 from llmload.core.messages import job_requests
+from llmload.core.protocol import BATCH_INTERVAL_S, FREEZE_S, Done, Job, Revoke, Stop
 from llmload.core.schedule import Scheduled
 from llmload.core.sink import BatchShipper
 
-#: how often workers ship record batches
-BATCH_INTERVAL_S = 0.25
-#: a worker whose own loop did not run for this long was frozen, and checks with the master before it sends
-FREEZE_S = 2.0
 #: how long a resumed worker waits for the master's answer before it sends nothing more of its job
 RESUME_WAIT_S = 10.0
-
-
-def auth_proof(token: str, nonce: str, worker_id: str) -> str:
-    """What a worker answers to the master's challenge: the token itself never goes over the wire."""
-    return hmac.new(token.encode(), f"{nonce}:{worker_id}".encode(), hashlib.sha256).hexdigest()
 
 
 class BenchWorker:
@@ -51,10 +44,13 @@ class BenchWorker:
         self._resumed = Event()
         #: requests the master moved to another worker before they were due
         self.revoked: set[int] = set()
-        runner.register_message("llm_job", self._on_job)
-        runner.register_message("llm_stop", self._on_stop)
-        runner.register_message("llm_revoke", self._on_revoke)
-        runner.register_message("llm_challenge", self._on_challenge)
+        #: requests of this run's jobs so far (every turn is one), and how many of them were released
+        self.planned = 0
+        self.released = 0
+        runner.register_message(protocol.JOB, self._on_job)
+        runner.register_message(protocol.STOP, self._on_stop)
+        runner.register_message(protocol.REVOKE, self._on_revoke)
+        protocol.answer_challenge(runner, token, log)
 
     @property
     def cut_event(self) -> Event:
@@ -70,33 +66,27 @@ class BenchWorker:
         """A job is running."""
         return bool(self._jobs)
 
-    def _on_challenge(self, msg: Any, **_: Any) -> None:
-        if not self.token:
-            self.log("the master asks for a cluster token and this worker has none "
-                     "(set LLMLOAD_CLUSTER_TOKEN or --cluster-token-file)")
-        nonce = str((msg.data or {}).get("nonce", ""))
-        proof = auth_proof(self.token, nonce, self.runner.client_id) if self.token else ""
-        self.runner.send_message("llm_auth", {"proof": proof})
-
     def _on_job(self, msg: Any, **_: Any) -> None:
         self._last_tick = perf_counter()
-        if not self._jobs and not self.leaving:
-            # a worker runs one job after another (a sweep's points): the last job's stop and revocations
-            # (its indices) do not apply to this one
+        job = Job.from_data(msg.data)
+        if job.first and not self._jobs and not self.leaving:
+            # a worker runs one run after another (a sweep's points): the last run's stop, revocations (its
+            # indices) and accounting do not apply to this one
             self.control = StopControl()
             self.revoked = set()
-        self._jobs.append(gevent.spawn(self._run_job, msg.data))
+            self.planned = self.released = 0
+        self._jobs.append(gevent.spawn(self._run_job, job))
         if self._flusher is None:
             self._flusher = gevent.spawn(self._flush_loop)
 
     def _on_revoke(self, msg: Any, **_: Any) -> None:
-        data = msg.data or {}
-        self.revoked.update(int(i) for i in data.get("indices", []))
-        if data.get("resume"):
+        revoke = Revoke.from_data(msg.data)
+        self.revoked.update(int(i) for i in revoke.indices)
+        if revoke.resume:
             self._resumed.set()
 
     def _on_stop(self, msg: Any, **_: Any) -> None:
-        if (msg.data or {}).get("force"):
+        if Stop.from_data(msg.data).force:
             self.control.cut.set()
         self.control.stop.set()
 
@@ -105,7 +95,7 @@ class BenchWorker:
         if self._frozen or perf_counter() - self._last_tick > FREEZE_S:
             self.log("this worker was frozen: asking the master which requests are still its own")
             self._resumed.clear()
-            self.runner.send_message("llm_resumed", {})
+            self.runner.send_message(protocol.RESUMED, {})
             if not self._resumed.wait(RESUME_WAIT_S):
                 self.log("the master did not answer after this worker was frozen: sending nothing more")
                 self.control.stop.set()
@@ -114,13 +104,15 @@ class BenchWorker:
             self._last_tick = perf_counter()
         return request.index not in self.revoked
 
-    def _run_job(self, job: dict[str, Any]) -> None:
+    def _run_job(self, job: Job) -> None:
         from llmload.core.health import HealthMonitor
 
-        user = self.make_user(job["run"])
-        requests = job_requests(job["items"])
-        self.control.stop_timeout = float(job.get("stop_timeout") or 0.0)
-        start_at = perf_counter() + (job["start_wall"] - time.time())
+        assert job.run is not None, "a bench job carries the run's user settings"
+        user = self.make_user(job.run)
+        requests = job_requests(job.items)
+        self.planned += request_count(requests)
+        self.control.stop_timeout = float(job.stop_timeout or 0.0)
+        start_at = perf_counter() + (job.start_wall - time.time())
         health = HealthMonitor(reactor=user.pool.reactor)
         health.start()
         try:
@@ -130,24 +122,27 @@ class BenchWorker:
         self._jobs.remove(gevent.getcurrent())
         if not self._jobs:
             self.shipper.flush()
-            self.runner.send_message("llm_done", {"records": self.shipper.shipped, "leaving": self.leaving,
-                                                  "health": health.report(tally.schedule_lags_s)})
+            done = Done(records=self.shipper.shipped, planned=self.planned, dispatched=self.released,
+                        leaving=self.leaving, health=health.report(tally.schedule_lags_s))
+            self.runner.send_message(protocol.DONE, done.data())
         user.pool.close()  # this job's connections: the next job builds its own user
 
-    def _dispatch(self, job: dict[str, Any], requests: list[Scheduled], user: Any, start_at: float) -> Tally:
+    def _released(self, request: Scheduled) -> None:
+        self.released += turn_count(request.sample)
+        self.shipper.dispatched(request.index)
+
+    def _dispatch(self, job: Job, requests: list[Scheduled], user: Any, start_at: float) -> Tally:
         """The job's loop: its share of the open-loop schedule, or closed-loop users over its requests."""
-        on_dispatch = lambda r: self.shipper.dispatched(r.index)  # noqa: E731
-        closed = job.get("closed")
-        if closed:
+        if job.closed:
             from llmload.core.arrivals import parse_think_time
 
-            think = parse_think_time(closed["think"])
+            think = parse_think_time(job.closed["think"])
             gevent.sleep(max(0.0, start_at - perf_counter()))
-            return run_closed_loop(RequestQueue(requests), lambda _u: user, int(closed["users"]), think,
-                                   self.shipper, control=self.control, on_dispatch=on_dispatch)
-        return run_open_loop(requests, lambda _r: user, self.shipper, max_concurrency=job.get("max_concurrency"),
+            return run_closed_loop(RequestQueue(requests), lambda _u: user, int(job.closed["users"]), think,
+                                   self.shipper, control=self.control, on_dispatch=self._released)
+        return run_open_loop(requests, lambda _r: user, self.shipper, max_concurrency=job.max_concurrency,
                              control=self.control, start_at=start_at, skip=lambda r: not self._may_send(r),
-                             on_dispatch=on_dispatch)
+                             on_dispatch=self._released)
 
     def _flush_loop(self) -> None:
         while True:

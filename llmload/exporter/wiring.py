@@ -131,20 +131,7 @@ def locust_exporter(run: Any) -> RunExporter | None:
 
 
 def locust_in_flight(run: Any) -> float | None:
-    """This process's requests in flight; on a master, the workers' once-a-second reports (kept by the LLM tab, or
-    on the run by a headless master; None before any arrived: left out rather than shown as 0)."""
-    if run.role != "master":
-        return float(run.in_flight)
-    tab = getattr(run, "tab", None)
-    if tab is not None:
-        return float(tab.in_flight())
-    live = getattr(run, "worker_live", None)  # a headless master keeps the workers' reports (llmload.webui)
-    if live is None:
-        return None
-    from time import perf_counter
-
-    from llmload.webui.server import LIVE_STALE_S
-
-    now = perf_counter()
-    done = getattr(run, "reports", {})  # a worker that said llm_done has nothing in flight
-    return float(sum(n for node, (n, at) in list(live.items()) if now - at <= LIVE_STALE_S and node not in done))
+    """The run's requests in flight (:meth:`llmload.plugin.cluster.ClusterRole.in_flight_total`, the one count the
+    live tab and the saturation test read too; None on a master before the workers' first reports)."""
+    total = run.in_flight_total()
+    return None if total is None else float(total)

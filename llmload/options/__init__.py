@@ -15,7 +15,9 @@ from llmload.options.spec import ENV_PREFIX, GROUPS, Option, Scope
 from llmload.options.table import DEFAULT_PROMPTS, OPTIONS, SIM_DEFAULT_PROMPTS, option, options_for
 from llmload.options.values import (
     API_KEY_ENV,
+    CLUSTER_TOKEN_ENV,
     api_key,
+    cluster_token,
     normalize_options,
     prompt_count,
 )
@@ -23,6 +25,7 @@ from llmload.options.values import (
 __all__ = [
     "API_KEY_ENV",
     "ARRIVALS",
+    "CLUSTER_TOKEN_ENV",
     "DEFAULT_PROMPTS",
     "ENV_PREFIX",
     "GROUPS",
@@ -38,6 +41,7 @@ __all__ = [
     "add_locust_options",
     "add_options",
     "api_key",
+    "cluster_token",
     "normalize_options",
     "option",
     "options_for",

@@ -215,9 +215,10 @@ _DISTRIBUTED = (
            default="127.0.0.1"),
     Option(("--master-port",), "master_port", BENCH, "distributed", "with --worker: the master's port",
            type=argtypes.port, default=5557),
-    Option(("--cluster-token-file",), "cluster_token_file", BENCH, "distributed",
-           "file ('-': stdin) holding the token workers must prove they know before they get a job or the API key "
-           "(default: $LLMLOAD_CLUSTER_TOKEN; none: every worker is trusted)", metavar="FILE"),
+    Option(("--cluster-token-file",), "cluster_token_file", BOTH, "distributed",
+           "file ('-': stdin, llmload bench only) holding the token workers must prove they know before they get a "
+           "job (or the API key) and before their records count (default: $LLMLOAD_CLUSTER_TOKEN; none: every "
+           "worker is trusted)", metavar="FILE"),
 )
 
 _SERVER = (

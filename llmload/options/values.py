@@ -14,6 +14,8 @@ from llmload.options.table import DEFAULT_PROMPTS, SIM_DEFAULT_PROMPTS, options_
 
 #: environment variables holding the API key, in the order they are looked at
 API_KEY_ENV = ("LLMLOAD_API_KEY", "OPENAI_API_KEY")
+#: the environment variable holding the cluster token (docs/distributed.md, "Authentication")
+CLUSTER_TOKEN_ENV = "LLMLOAD_CLUSTER_TOKEN"
 
 
 def api_key(opts: Any) -> str | None:
@@ -33,6 +35,26 @@ def api_key(opts: Any) -> str | None:
         if value := os.environ.get(name):
             return value
     return None
+
+
+def cluster_token(opts: Any) -> str | None:
+    """The cluster token workers prove they know, or None (every worker is trusted): ``--cluster-token-file``
+    (``-``: stdin), else ``$LLMLOAD_CLUSTER_TOKEN``. Like the API key, never a flag; ConfigError (one line, the
+    file named, never its content) when the file cannot be read or is empty."""
+    path = getattr(opts, "cluster_token_file", None)
+    if not path:
+        return os.environ.get(CLUSTER_TOKEN_ENV) or None
+    import sys
+
+    try:
+        token = (sys.stdin.read() if path == "-" else Path(path).read_text()).strip()
+    except OSError as exc:
+        raise ConfigError(f"--cluster-token-file: cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"--cluster-token-file: {path} is not a text file") from None
+    if not token:
+        raise ConfigError(f"--cluster-token-file: {path} is empty")
+    return token
 
 
 def _key_from_file(path: str) -> str:

@@ -1,21 +1,17 @@
-"""The master/worker side of a distributed ``locust -f`` run (docs/design.md, "Distributed protocol").
+"""The master/worker side of a distributed ``locust -f`` run, on the one cluster protocol
+(:mod:`llmload.core.protocol`; docs/design.md, "Distributed protocol").
 
-    master -> worker   llm_plan      {items, start_wall, index, count, max_concurrency, live, model}
-    master -> worker   llm_job       {items}                          more requests: a lost worker's unsent ones
-    master -> worker   llm_stop      {}                               stop now: drain, ship, say llm_done
-    master -> worker   llm_set       {request_rate, from_offset}      the web UI steered the open-loop rate
-    worker -> master   llm_records   the one record batch schema (llmload.core.messages), with the indices
-                                     of the requests it released
-    worker -> master   llm_done      {planned, dispatched}            this worker's accounting, after its last batch
-    worker -> master   llm_finished  {jobs}                           every job so far is sent and answered (headless)
+The master's ``test_start`` listener admits the workers (the cluster token's challenge, when one is set) and sends
+each its share as its first ``llm_job``, before Locust's spawn messages on the same ordered channel, so every
+worker has its share when its users start. Workers ship records through the one record path
+(:mod:`llmload.core.messages`), report their requests in flight (``llm_live``), say ``llm_finished`` when a
+headless share is sent and answered, and ``llm_done`` with their accounting after the last batch.
 
-The plan goes out in the master's ``test_start`` listener, before Locust's spawn messages on the same ordered
-channel, so every worker has its share when its users start. In a headless open loop the master keeps each
-worker's share as ``llmload bench``'s master does (:class:`~llmload.distributed.master.WorkerState`): a worker
-that goes missing loses what it had in flight, and what it had not sent goes to the others
-(:func:`~llmload.distributed.master.hand_over`, the one re-assignment rule). ``jobs`` in ``llm_finished`` says
-how many jobs the worker had when it finished, so a finish sent before a re-assigned job arrived is not taken
-for the end of that job.
+In a headless open loop the master keeps each worker's share as ``llmload bench``'s master does
+(:class:`~llmload.distributed.master.WorkerState`): a worker that goes missing loses what it had in flight, and
+what it had not sent goes to the others in another ``llm_job`` (:func:`~llmload.distributed.master.hand_over`,
+the one re-assignment rule). ``jobs`` in ``llm_finished`` says how many jobs the worker had when it finished, so a
+finish sent before a re-assigned job arrived is not taken for the end of that job.
 """
 
 from __future__ import annotations
@@ -27,15 +23,30 @@ from typing import Any
 
 import gevent
 
+from llmload.core import protocol
 from llmload.core.messages import job_items, job_requests, read_records_message
+from llmload.core.protocol import (
+    BATCH_INTERVAL_S,
+    LIVE_INTERVAL_S,
+    LIVE_STALE_S,
+    START_LEAD_S,
+    Done,
+    Finished,
+    Job,
+    Live,
+    SetRate,
+    Stop,
+    TokenGate,
+)
 from llmload.core.schedule import LiveSchedule, Schedule
-from llmload.distributed.master import START_LEAD_S, WorkerState, alive_workers, lose_worker
-from llmload.distributed.worker import BATCH_INTERVAL_S
+from llmload.distributed.master import WorkerState, alive_workers, lose_worker
 
 #: how long past ``--stop-timeout`` the master waits for the workers' final batches
 FINAL_BATCH_WAIT_S = 30.0
 #: how often the master looks for workers Locust marked missing
 WATCH_INTERVAL_S = 0.25
+#: how long the master's test start waits for the workers to answer the cluster token's challenge
+ADMIT_WAIT_S = 10.0
 
 
 class ClusterRole:
@@ -47,12 +58,19 @@ class ClusterRole:
     schedule: Any
     workload: Any
     records: Any
-    reports: dict[str, dict[str, Any]]
+    reports: dict[str, Done]
     shipper: Any
     finished: bool
     headless: bool
     start: float
-    _plan: dict[str, Any] | None
+    in_flight: int
+    control: Any
+    #: worker: its first job of the test (its share and what the master's options decided)
+    plan: Job | None
+    #: master: the cluster token's gate (every worker trusted without a token)
+    gate: TokenGate | None
+    #: master: each worker's last ``llm_live`` (in flight, perf_counter when it arrived)
+    worker_live: dict[str, tuple[int, float]]
     _finished_workers: set[str]
     _my_clock: float
     #: master, headless open loop: each worker's share, as bench's master keeps it
@@ -73,28 +91,65 @@ class ClusterRole:
     def _apply_rate(self, rate: float, from_offset: float) -> None:
         raise NotImplementedError  # the run's (LocustRun)
 
-    def register(self) -> None:
-        """Register this role's messages on the runner."""
+    def register(self, token: str | None) -> None:
+        """Register this role's messages on the runner (``token``: the cluster token, or None)."""
+        def log(line: str) -> None:
+            sys.stderr.write(f"llmload: {line}\n")
+
         if self.role == "worker":  # type: ignore[attr-defined]
-            self.runner.register_message("llm_plan", self.on_plan)
-            self.runner.register_message("llm_job", self.on_job)
-            self.runner.register_message("llm_stop", self.on_stop, concurrent=True)
-            self.runner.register_message("llm_set", self.on_set)
+            self.runner.register_message(protocol.JOB, self.on_job)
+            self.runner.register_message(protocol.STOP, self.on_stop, concurrent=True)
+            self.runner.register_message(protocol.SET_RATE, self.on_set)
+            protocol.answer_challenge(self.runner, token, log)
             gevent.spawn(self.ship_forever)
+            gevent.spawn(self.report_live_forever)
         elif self.role == "master":  # type: ignore[attr-defined]
-            self.runner.register_message("llm_records", self.on_records)
-            self.runner.register_message("llm_done", self.on_done)
-            self.runner.register_message("llm_finished", self.on_finished)
+            self.gate = TokenGate(self.runner, token, log)
+            self.runner.register_message(protocol.RECORDS, self.on_records)
+            self.runner.register_message(protocol.DONE, self.on_done)
+            self.runner.register_message(protocol.FINISHED, self.on_finished)
+            self.runner.register_message(protocol.LIVE, self.on_live)
+
+    def admitted_workers(self) -> list[Any]:
+        """The connected workers that may get a share, by worker index: without a cluster token all of them;
+        with one, those that answered its challenge within :data:`ADMIT_WAIT_S` (the rest are told to quit)."""
+        clients = sorted(self.runner.clients.values(), key=lambda c: self.runner.get_worker_index(c.id))
+        gate = self.gate
+        if gate is None or not gate.token:
+            return clients
+        deadline = perf_counter() + ADMIT_WAIT_S
+        while len(gate.admit(c.id for c in clients)) < len(clients) and perf_counter() < deadline:
+            gevent.sleep(0.05)
+        admitted = set(gate.admit(c.id for c in clients))
+        for client in clients:
+            if client.id not in admitted:
+                sys.stderr.write(f"llmload: worker {client.id} did not answer the cluster token's challenge: it "
+                                 "gets no share and is told to quit\n")
+                self.runner.send_message("quit", None, client_id=client.id)
+        return [c for c in clients if c.id in admitted]
+
+    def in_flight_total(self) -> int | None:
+        """Requests in flight over the whole run: this process's own, or on a master the workers' last
+        ``llm_live`` reports (one at most :data:`LIVE_STALE_S` old from each worker that has not said
+        ``llm_done``; None before any arrived: left out rather than shown as 0). The live tab, the saturation
+        test and ``--prometheus-port`` all read this one count."""
+        if self.role != "master":  # type: ignore[attr-defined]
+            return self.in_flight
+        if not self.worker_live:
+            return None
+        now = perf_counter()
+        return sum(n for node, (n, at) in list(self.worker_live.items())
+                   if now - at <= LIVE_STALE_S and node not in self.reports)
 
     def _send_plans(self) -> None:
         """Each worker's share of the one schedule, sent before Locust's spawn messages."""
         from llmload.distributed import split_concurrency
         from llmload.plugin.setup import class_weights
 
-        clients = sorted(self.runner.clients.values(), key=lambda c: self.runner.get_worker_index(c.id))
+        clients = self.admitted_workers()
         count = max(1, len(clients))
         caps = split_concurrency(getattr(self.options, "max_concurrency", None) or None, count)
-        start_wall = time.time() + START_LEAD_S
+        start_wall = self._start_wall = time.time() + START_LEAD_S
         self.start = perf_counter() + START_LEAD_S
         live = None
         if isinstance(self.schedule, LiveSchedule):
@@ -115,10 +170,10 @@ class ClusterRole:
                     state.assigned = set(indices)
                     self.cluster[client.id] = state
             self.jobs[client.id] = 1
-            self.runner.send_message("llm_plan", {"items": items, "start_wall": start_wall, "index": k,
-                                                  "count": count, "max_concurrency": caps[k], "live": live,
-                                                  "open_loop": self.open_loop, "headless": self.headless,
-                                                  "model": self.workload.model}, client_id=client.id)
+            job = Job(items, start_wall, first=True, part=(k, count), max_concurrency=caps[k],
+                      stop_timeout=float(self.environment.stop_timeout or 0.0), live=live,
+                      open_loop=self.open_loop, headless=self.headless, model=self.workload.model)
+            self.runner.send_message(protocol.JOB, job.data(), client_id=client.id)
         if track:
             assert isinstance(self.schedule, Schedule)
             self.request_index = self.schedule.index_of()
@@ -127,7 +182,7 @@ class ClusterRole:
     def _watch_workers(self) -> None:
         """Headless open loop: a worker Locust marks missing loses what it had in flight; what it had not sent
         goes to the others, as in ``llmload bench``."""
-        while not self.finished and not self.control.stop.is_set():  # type: ignore[attr-defined]
+        while not self.finished and not self.control.stop.is_set():
             gevent.sleep(WATCH_INTERVAL_S)
             alive = alive_workers(self.runner)
             for state in self.cluster.values():
@@ -140,8 +195,8 @@ class ClusterRole:
                     self.reassigned.update(part)
                     self.jobs[survivor.client_id] = self.jobs.get(survivor.client_id, 1) + 1
                     self._finished_workers.discard(survivor.client_id)
-                    self.runner.send_message("llm_job", {"items": job_items(self.schedule, part)},
-                                             client_id=survivor.client_id)
+                    job = Job(job_items(self.schedule, part), self._start_wall, first=False)
+                    self.runner.send_message(protocol.JOB, job.data(), client_id=survivor.client_id)
             self._maybe_finish()
 
     def _maybe_finish(self) -> None:
@@ -154,8 +209,9 @@ class ClusterRole:
     def _await_final_batches(self) -> None:
         """Stop every worker's share and wait for its last records (Locust's quit waits only 0.5 s)."""
         waiting = [c.id for c in self.runner.clients.all if c.id not in self.reports]
+        stop = Stop(force=self.control.cut.is_set()).data()
         for cid in waiting:
-            self.runner.send_message("llm_stop", {}, client_id=cid)
+            self.runner.send_message(protocol.STOP, stop, client_id=cid)
         deadline = perf_counter() + float(self.environment.stop_timeout or 0.0) + FINAL_BATCH_WAIT_S
         while perf_counter() < deadline:
             alive = alive_workers(self.runner)
@@ -164,6 +220,8 @@ class ClusterRole:
             gevent.sleep(0.05)
 
     def on_records(self, msg: Any, **_: Any) -> None:
+        if self.gate is not None and not self.gate.trusted(msg.node_id):
+            return  # a stranger's records are not the run's
         batch = read_records_message(msg.data, self._my_clock)
         name = f"worker{self.runner.get_worker_index(msg.node_id)}"
         state = self.cluster.get(msg.node_id)
@@ -177,39 +235,57 @@ class ClusterRole:
             state.dispatched.update(batch.dispatched)
 
     def on_done(self, msg: Any, **_: Any) -> None:
-        self.reports[msg.node_id] = dict(msg.data or {})
+        if self.gate is not None and not self.gate.trusted(msg.node_id):
+            return
+        self.reports[msg.node_id] = Done.from_data(msg.data)
         if (state := self.cluster.get(msg.node_id)) is not None:
             state.done = True
 
     def on_finished(self, msg: Any, **_: Any) -> None:
-        if int((msg.data or {}).get("jobs", 1)) >= self.jobs.get(msg.node_id, 1):
+        if Finished.from_data(msg.data).jobs >= self.jobs.get(msg.node_id, 1):
             self._finished_workers.add(msg.node_id)
         self._maybe_finish()
 
-    def on_plan(self, msg: Any, **_: Any) -> None:
-        self._plan = dict(msg.data or {})
-        self.headless = bool(self._plan.get("headless", True))  # the master's web UI decides
-        self.jobs_received = 1
+    def on_live(self, msg: Any, **_: Any) -> None:
+        self.worker_live[msg.node_id] = (Live.from_data(msg.data).in_flight, perf_counter())
 
     def on_job(self, msg: Any, **_: Any) -> None:
-        """More requests for this worker's open loop (a lost worker's unsent ones), on the same run clock."""
+        """The first job of a test is this worker's share (kept until its users start); a later one holds more
+        requests for its open loop (a lost worker's unsent ones), on the same run clock."""
+        job = Job.from_data(msg.data)
+        if job.first:
+            self.plan = job
+            self.headless = job.headless  # the master's web UI decides
+            self.jobs_received = 1
+            return
         self.jobs_received += 1
-        self.add_requests(job_requests((msg.data or {}).get("items", [])))  # type: ignore[attr-defined]
+        self.add_requests(job_requests(job.items))  # type: ignore[attr-defined]
 
     def on_stop(self, msg: Any = None, **_: Any) -> None:
+        if msg is not None and Stop.from_data(msg.data).force:
+            self.control.cut.set()
         self.runner.stop()  # fires test_stopping / test_stop here: the share drains and llm_done goes out
 
     def on_set(self, msg: Any, **_: Any) -> None:
-        data = msg.data or {}
-        if data.get("request_rate") is not None:
-            self.options.request_rate = float(data["request_rate"])
-            self._apply_rate(float(data["request_rate"]), float(data.get("from_offset", 0.0)))
+        steer = SetRate.from_data(msg.data)
+        self.options.request_rate = float(steer.request_rate)
+        self._apply_rate(float(steer.request_rate), float(steer.from_offset))
 
     def ship_forever(self) -> None:
         assert self.shipper is not None
         while True:
             gevent.sleep(BATCH_INTERVAL_S)
             self.shipper.flush()
+
+    def report_live_forever(self) -> None:
+        """Tell the master this worker's requests in flight, every :data:`LIVE_INTERVAL_S` while a test runs."""
+        while True:
+            gevent.sleep(LIVE_INTERVAL_S)
+            if self.runner.state in ("spawning", "running", "stopping") or self.in_flight:
+                try:
+                    self.runner.send_message(protocol.LIVE, Live(int(self.in_flight)).data())
+                except Exception:  # the master is gone or reconnecting: the next report will do
+                    pass
 
 
 def sample_items(samples: list[Any]) -> list[list[Any]]:

@@ -22,8 +22,8 @@ def run_accounting(run: Any) -> dict[str, int]:
                 "lost": lost}
     if run.role == "master":
         reports = list(run.reports.values())
-        planned = sum(int(r.get("planned", 0)) for r in reports)
-        dispatched = sum(int(r.get("dispatched", 0)) for r in reports)
+        planned = sum(r.planned for r in reports)
+        dispatched = sum(r.dispatched for r in reports)
     else:
         acc = run.accounting()
         planned, dispatched = acc["planned"], acc["dispatched"]
@@ -125,7 +125,6 @@ def _workers(run: Any) -> list[dict[str, Any]]:
     out = []
     for cid, report in run.reports.items():
         name = f"worker{run.runner.get_worker_index(cid)}"
-        out.append({"worker": name, "assigned": int(report.get("planned", 0)),
-                    "dispatched": int(report.get("dispatched", 0)), "records": by_worker.get(name, 0),
-                    "lost": False})
+        out.append({"worker": name, "assigned": report.planned, "dispatched": report.dispatched,
+                    "records": by_worker.get(name, 0), "lost": False})
     return sorted(out, key=lambda w: w["worker"])

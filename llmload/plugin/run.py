@@ -6,9 +6,10 @@ it has been sent and answered (or at ``-t``). In the web UI the open loop runs o
 
 Open loop: one dispatcher per load process sends its share of the global schedule; Locust's users only idle.
 Closed loop: Locust's users are the loops (``-u``), each taking the next request of this process's share.
-Distributed: the master builds the schedule and hands each worker its share in ``llm_plan`` (before Locust's
-spawn messages, on the same ordered channel); workers ship records through the one record path
-(:mod:`llmload.core.messages`) and say ``llm_done`` with their accounting. docs/design.md has the messages.
+Distributed: the master builds the schedule and hands each worker its share in its first ``llm_job`` (before
+Locust's spawn messages, on the same ordered channel); workers ship records through the one record path
+(:mod:`llmload.core.messages`) and say ``llm_done`` with their accounting (:mod:`llmload.core.protocol`, the
+messages of both ways in; docs/design.md has the table).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import gevent
 from gevent.event import Event
 
+from llmload.core import protocol
 from llmload.core.conversation import request_count
 from llmload.core.dispatch import (
     LEAD_S,
@@ -33,6 +35,7 @@ from llmload.core.dispatch import (
     run_open_loop,
 )
 from llmload.core.messages import clock_offset
+from llmload.core.protocol import Done, Finished, Job, SetRate
 from llmload.core.schedule import LiveSchedule, Schedule, Scheduled, request_ids
 from llmload.core.sink import BatchShipper, RecordList
 from llmload.core.state import RunState
@@ -76,9 +79,12 @@ class LocustRun(ClusterRole, RunState):
         self.rate_changed = Event()
         self._senders: dict[str, Any] = {}
         #: master: each worker's llm_done, and which workers finished their share
-        self.reports: dict[str, dict[str, Any]] = {}
+        self.reports: dict[str, Done] = {}
         self._finished_workers: set[str] = set()
-        self._plan: dict[str, Any] | None = None
+        self.plan: Job | None = None
+        self.gate = None
+        self.worker_live = {}
+        self._start_wall = 0.0
         self.cluster = {}
         self.jobs = {}
         self.reassigned = set()
@@ -105,8 +111,8 @@ class LocustRun(ClusterRole, RunState):
 
     @property
     def open_loop(self) -> bool:
-        if self.role == "worker" and self._plan is not None:
-            return bool(self._plan.get("open_loop"))  # the master's options decide, as they were at its start
+        if self.role == "worker" and self.plan is not None:
+            return self.plan.open_loop  # the master's options decide, as they were at its start
         return getattr(self.options, "arrival", "closed") == "open"
 
     @property
@@ -177,8 +183,9 @@ class LocustRun(ClusterRole, RunState):
                 from llmload.plugin.setup import configure_classes, conversation_settings
 
                 conversation_settings(self.options, self.environment)
-                configure_classes(self.environment, self.options, (self._plan or {}).get("model", ""))
-                self._begin(self._plan or {})
+                plan = self.plan or self._local_plan()
+                configure_classes(self.environment, self.options, plan.model)
+                self._begin(plan)
         except LLMLoadError as exc:
             sys.stderr.write(f"llmload: error: {exc}\n")
             self.environment.process_exit_code = exc.exit_code
@@ -200,7 +207,9 @@ class LocustRun(ClusterRole, RunState):
         gevent.joinall(list(self._more))
         if self.role == "worker" and self.shipper is not None:
             self.shipper.flush()
-            self.runner.send_message("llm_done", self.accounting())
+            acc = self.accounting()
+            done = Done(records=self.shipper.shipped, planned=acc["planned"], dispatched=acc["dispatched"])
+            self.runner.send_message(protocol.DONE, done.data())
 
     def on_quitting(self) -> None:
         import gc
@@ -218,14 +227,15 @@ class LocustRun(ClusterRole, RunState):
 
     # -- this process's share ------------------------------------------------------------------------------
 
-    def _local_plan(self) -> dict[str, Any]:
-        return {"max_concurrency": getattr(self.options, "max_concurrency", None) or None, "index": 0, "count": 1}
+    def _local_plan(self) -> Job:
+        """A process's own share when no master sent one: the whole run, starting :data:`LEAD_S` from now."""
+        return Job([], time.time() + LEAD_S, max_concurrency=getattr(self.options, "max_concurrency", None) or None,
+                   open_loop=self.open_loop, headless=self.headless)
 
-    def _begin(self, plan: dict[str, Any]) -> None:
+    def _begin(self, plan: Job) -> None:
         """Start sending this process's share: the dispatcher (open loop) or the users' queue (closed loop)."""
-        start_wall = plan.get("start_wall")
-        self.start = perf_counter() + (start_wall - time.time() if start_wall else LEAD_S)
-        index, count = int(plan.get("index", 0)), int(plan.get("count", 1))
+        self.start = perf_counter() + (plan.start_wall - time.time())
+        index, count = (int(n) for n in plan.part)
         if self.role == "worker":
             self.share = self._requests_from_plan(plan)
         elif isinstance(self.schedule, Schedule):
@@ -235,23 +245,24 @@ class LocustRun(ClusterRole, RunState):
         if self.open_loop:
             for request in self.share[:1]:
                 self.sender_for(request)  # built now, not as the first request is due
-            self.dispatcher = gevent.spawn(self._dispatch, plan.get("max_concurrency"), index, count)
+            self.dispatcher = gevent.spawn(self._dispatch, plan.max_concurrency, index, count)
         elif self.headless:
             self.queue = RequestQueue(self.share)
         else:
             self.queue = CyclingQueue(self.share)
 
-    def _requests_from_plan(self, plan: dict[str, Any]) -> list[Scheduled]:
+    def _requests_from_plan(self, plan: Job) -> list[Scheduled]:
         from llmload.core.messages import job_requests
 
-        requests = job_requests(plan.get("items", []))
-        live = plan.get("live")
+        requests = job_requests(plan.items)
+        live = plan.live
         if not live:
             self.schedule = None
             return requests
         self.schedule = LiveSchedule([r.sample for r in requests], live["rate"], live["burstiness"], live["seed"],
                                      [tuple(c) for c in live["classes"]])
-        return requests[int(plan.get("index", 0))::int(plan.get("count", 1))]  # closed loop: cycle over mine
+        index, count = (int(n) for n in plan.part)
+        return requests[index::count]  # closed loop: cycle over mine
 
     def _dispatch(self, max_concurrency: int | None, index: int, count: int) -> None:
         if isinstance(self.schedule, LiveSchedule):
@@ -317,7 +328,7 @@ class LocustRun(ClusterRole, RunState):
             return
         self.finished = True
         if self.role == "worker":
-            self.runner.send_message("llm_finished", {"jobs": self.jobs_received})
+            self.runner.send_message(protocol.FINISHED, Finished(self.jobs_received).data())
         else:
             gevent.spawn(self.runner.quit)
 
@@ -328,7 +339,7 @@ class LocustRun(ClusterRole, RunState):
         self.options.request_rate = rate
         from_offset = perf_counter() - self.start + STEER_LEAD_S
         if self.role == "master":
-            self.runner.send_message("llm_set", {"request_rate": rate, "from_offset": from_offset})
+            self.runner.send_message(protocol.SET_RATE, SetRate(rate, from_offset).data())
         else:
             self._apply_rate(rate, from_offset)
 
@@ -349,11 +360,13 @@ def attach(environment: Any) -> LocustRun:
     runner = run.runner
     if runner is None:
         return run
-    _install_shape(run)
-    run.register()
-    if run.role == "worker":
-        return run
     try:
+        _install_shape(run)
+        from llmload.options import cluster_token
+
+        run.register(cluster_token(run.options) if run.role != "local" else None)
+        if run.role == "worker":
+            return run
         from llmload.exporter.wiring import locust_exporter
 
         run.exporter = locust_exporter(run)  # a busy port fails here, before anything is sent
@@ -371,10 +384,6 @@ def _install_shape(run: LocustRun) -> None:
         return
     from llmload.shapes import parse_shape, user_shape_class
 
-    try:
-        shape = user_shape_class(parse_shape(spec, "--user-shape"))()
-    except LLMLoadError as exc:
-        sys.stderr.write(f"llmload: error: {exc}\n")
-        sys.exit(2)
+    shape = user_shape_class(parse_shape(spec, "--user-shape"))()
     shape.runner = run.runner
     run.environment.shape_class = shape

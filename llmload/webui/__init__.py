@@ -25,67 +25,22 @@ def install(events: Any = None) -> None:
 
 
 def _on_init(environment: Any, **_: Any) -> None:
-    from locust.runners import MasterRunner, WorkerRunner
+    from locust.runners import WorkerRunner
 
-    runner = environment.runner
     run = getattr(environment, "llmload", None)
-    if run is None:
-        return
-    if isinstance(runner, WorkerRunner):
-        _start_worker_side(runner, run)
-        return
-    from llmload.webui.server import LLMTab, register_routes
-
-    if environment.web_ui is None:
-        if isinstance(runner, MasterRunner):
-            # headless: no tab, but the saturation test and --prometheus-port read the workers' in-flight counts
-            _keep_worker_live(runner, run)
+    if run is None or isinstance(environment.runner, WorkerRunner) or environment.web_ui is None:
         return
     import gevent
 
+    from llmload.webui.server import LLMTab, register_routes
+
     tab = LLMTab(environment, run.records.records)
     run.tab = tab
-    if isinstance(runner, MasterRunner):
-        from time import perf_counter
-
-        def live(msg: Any, **_kw: Any) -> None:
-            tab.worker_live[msg.node_id] = (int(msg.data.get("in_flight", 0)), perf_counter())
-
-        runner.register_message("llm_live", live)
     register_routes(tab, environment.web_ui)
     gevent.spawn(tab.sample_forever)
-
-
-def _keep_worker_live(runner: Any, run: Any) -> None:
-    """A headless master keeps each worker's last ``llm_live`` report on the run (``run.worker_live``)."""
-    from time import perf_counter
-
-    live: dict[str, tuple[int, float]] = {}
-    run.worker_live = live
-
-    def keep(msg: Any, **_kw: Any) -> None:
-        live[msg.node_id] = (int((msg.data or {}).get("in_flight", 0)), perf_counter())
-
-    runner.register_message("llm_live", keep)
 
 
 def _on_test_start(environment: Any, **_: Any) -> None:
     tab = getattr(getattr(environment, "llmload", None), "tab", None)
     if tab is not None:
         tab.stats.reset()
-
-
-def _start_worker_side(runner: Any, run: Any) -> None:
-    """A worker reports its in-flight requests once a second (steering reaches it through the run)."""
-    import gevent
-
-    def report_forever() -> None:
-        while True:
-            gevent.sleep(1.0)
-            if runner.state in ("spawning", "running", "stopping") or run.in_flight:
-                try:
-                    runner.send_message("llm_live", {"in_flight": int(run.in_flight)})
-                except Exception:  # the master is gone or reconnecting: the next report will do
-                    pass
-
-    gevent.spawn(report_forever)

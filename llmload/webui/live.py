@@ -47,7 +47,7 @@ _RUN_ONLY = ("total_input_tokens", "itl_exact")
 class LiveStats:
     """Aggregates the records of one test as they arrive; :meth:`window` and :meth:`run` give the tab's numbers.
 
-    ``source`` is the append-only list of the environment's run (``environment.llmload.client.records``); only records that
+    ``source`` is the append-only list of the environment's run (``environment.llmload.records``); only records that
     started at or after :meth:`reset` time are counted, so a new test from the UI starts from zero.
     """
 

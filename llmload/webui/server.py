@@ -1,8 +1,9 @@
 """The LLM tab's server side: the tab's state (:class:`LLMTab`), its registration on Locust's web UI
 (``extended_tabs``, the :mod:`llmload.webui.routes` blueprint, the page script) and steering.
 
-Messages: workers send ``llm_live`` (``{"in_flight": n}``, once a second) to the master; rate changes reach the
-workers through the run (``llm_set``, :mod:`llmload.plugin.cluster`).
+The tab meets the run on ``environment.llmload`` (:class:`llmload.plugin.run.LocustRun`, by duck typing): its
+records, its one in-flight count over every worker (``in_flight_total``: the workers' ``llm_live`` reports), and
+steering (``set_rate``: ``llm_set`` to the workers).
 """
 
 from __future__ import annotations
@@ -20,8 +21,6 @@ logger = logging.getLogger(__name__)
 TAB_KEY = "llm"
 #: seconds the master waits for records still travelling from workers before counting a window
 DISTRIBUTED_SETTLE_S = 1.5
-#: a worker's in-flight report older than this is ignored
-LIVE_STALE_S = 5.0
 
 
 class LLMTab:
@@ -32,8 +31,6 @@ class LLMTab:
         self.prefix = ""
         self.environment = environment
         self.stats = LiveStats(records)
-        #: worker node id -> (in-flight count, perf_counter when reported)
-        self.worker_live: dict[str, tuple[int, float]] = {}
 
     # -- runner facts ---------------------------------------------------------------------------------------
 
@@ -44,10 +41,10 @@ class LLMTab:
         return isinstance(self.environment.runner, MasterRunner)
 
     def in_flight(self) -> int:
-        if self.distributed:
-            now = perf_counter()
-            return sum(n for n, at in self.worker_live.values() if now - at <= LIVE_STALE_S)
-        return int(getattr(getattr(self.environment, "llmload", None), "in_flight", 0))
+        """The run's requests in flight, over every worker (0 before the workers' first reports)."""
+        run = getattr(self.environment, "llmload", None)
+        total = run.in_flight_total() if hasattr(run, "in_flight_total") else getattr(run, "in_flight", 0)
+        return int(total or 0)
 
     def facts(self) -> dict[str, Any]:
         runner = self.environment.runner

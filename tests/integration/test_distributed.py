@@ -543,3 +543,44 @@ def test_a_local_worker_that_dies_at_start_up_is_a_one_line_error_at_once(procs,
     assert re.search(r"local worker process \d+ exited with code 7 before the run started: boom: this worker "
                      r"cannot start", stderr), stderr[-2000:]
     assert "Traceback" not in stderr, stderr[-3000:]
+
+
+TOKEN_PROMPTS = 30
+
+
+def test_locust_master_with_a_cluster_token_gives_no_share_to_a_stranger_and_ignores_it(procs, tmp_path: Path) -> None:
+    """``locust -f`` has bench's cluster token: a worker that cannot prove it holds the token gets no share, is
+    told to quit, and nothing it sends counts; the worker that holds it sends the whole schedule."""
+    sim_trace = tmp_path / "tok.sim.jsonl"
+    url = start_sim(procs, "tok-sim", "--ttft-ms", "20", "--itl-ms", "5", "--trace-file", str(sim_trace))
+    token_file = tmp_path / "token"
+    token_file.write_text("right-token\n")
+    port = free_port()
+    records_path = tmp_path / "tok.records.jsonl"
+    common = ("-f", LOCUSTFILE, "--tokenizer", "builtin", "--sharegpt-output-len", "10", "--ignore-eos")
+    master, _, master_err = procs.start("tok-master", locust_argv(
+        *common, "--headless", "--master", "--expect-workers", "2", "--master-bind-host", "127.0.0.1",
+        "--master-bind-port", str(port), "--host", url, "-t", "120s", "--arrival", "open", "--request-rate", "20",
+        "--num-prompts", str(TOKEN_PROMPTS), "--seed", "5", "--cluster-token-file", str(token_file),
+        "--llm-records", str(records_path)))
+    friend, _, _ = procs.start("tok-friend", locust_argv(*common, "--worker", "--master-port", str(port)),
+                               env=offline_env({"LLMLOAD_CLUSTER_TOKEN": "right-token"}))
+    stranger, _, stranger_err = procs.start("tok-stranger", locust_argv(*common, "--worker", "--master-port",
+                                                                         str(port)),
+                                            env=offline_env({"LLMLOAD_CLUSTER_TOKEN": "wrong-token"}))
+    rc = wait(master, master_err, 150)
+    stderr = master_err.read_text(errors="replace")
+    assert rc == 0, f"exit {rc}\n{stderr[-3000:]}"
+    assert "failed to authenticate with the cluster token" in stderr, stderr[-3000:]
+    # the stranger was told to quit: it ends by itself
+    try:
+        stranger.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the stranger still runs after the master told it to quit\n{tail(stranger_err)}")
+    records = read_jsonl(records_path)
+    assert len(records) == TOKEN_PROMPTS, len(records)
+    assert len({r["worker"] for r in records}) == 1, Counter(r["worker"] for r in records)
+    assert len({r["request_id"] for r in records}) == TOKEN_PROMPTS
+    assert re.search(rf"Requests in the schedule:\s+{TOKEN_PROMPTS}\b", stderr), stderr[-3000:]
+    assert re.search(r"Not sent \(run stopped early\):\s+0\b", stderr), stderr[-3000:]
+    friend.wait(timeout=60)

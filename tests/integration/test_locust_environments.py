@@ -75,24 +75,24 @@ def environment(host):
 def run_until_records(env, n, timeout=60.0):
     env.runner.start(2, spawn_rate=100)
     deadline = monotonic() + timeout
-    while len(env.llmload.client.records) < n and monotonic() < deadline:
+    while len(env.llmload.records) < n and monotonic() < deadline:
         gevent.sleep(0.05)
     env.runner.stop()
 
 
 def ids(env):
-    return [id(r) for r in env.llmload.client.records.records]
+    return [id(r) for r in env.llmload.records.records]
 
 
 first, second = environment(sys.argv[1]), environment(sys.argv[1])
 out = {"same_state": first.llmload is second.llmload}
 run_until_records(first, 6)
-out["first_after_first"] = len(first.llmload.client.records)
-out["first_ok"] = all(r.success for r in first.llmload.client.records.records)
-out["second_after_first"] = len(second.llmload.client.records)
+out["first_after_first"] = len(first.llmload.records)
+out["first_ok"] = all(r.success for r in first.llmload.records.records)
+out["second_after_first"] = len(second.llmload.records)
 run_until_records(second, 6)
-out["second_after_second"] = len(second.llmload.client.records)
-out["first_after_second"] = len(first.llmload.client.records)
+out["second_after_second"] = len(second.llmload.records)
+out["first_after_second"] = len(first.llmload.records)
 out["shared_records"] = len(set(ids(first)) & set(ids(second)))
 out["in_flight"] = [first.llmload.in_flight, second.llmload.in_flight]
 print(json.dumps(out))

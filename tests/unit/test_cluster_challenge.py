@@ -11,8 +11,8 @@ import time
 from types import SimpleNamespace
 from typing import Any
 
-from llmload.distributed.master import CHALLENGE_AGAIN_S, BenchMaster
-from llmload.distributed.worker import auth_proof
+from llmload.core.protocol import CHALLENGE_AGAIN_S, auth_proof
+from llmload.distributed.master import BenchMaster
 
 
 class LocustMasterChannel:
