@@ -12,43 +12,25 @@ from typing import Any
 
 from llmload.bench.console import log
 from llmload.bench.plan import RunPlan
-from llmload.bench.setup import Target, Workload
-from llmload.core.conversation import request_count
+from llmload.core.run import Outcome, Run, send_share
+from llmload.core.schedule import Schedule
 from llmload.errors import ConfigError, LLMLoadError
 
 
-class Outcome:
-    """What a run produced, single-process or distributed."""
-
-    def __init__(self, records: list, duration: float, schedule_lags_s: list[float], unsent: int,
-                 workers: list[dict[str, Any]] | None = None, lost: int = 0) -> None:
-        self.records = records
-        self.duration = duration
-        self.schedule_lags_s = schedule_lags_s
-        self.unsent = unsent
-        self.workers = workers
-        self.lost = lost
-        #: the signal that stopped the run early (None: it ran to the end)
-        self.interrupted_by: int | None = None
-        #: the server's scraped metrics and the saturation verdict (:class:`llmload.core.observe.Observed`)
-        self.observed: Any = None
-
-
-def run_single(user: Any, schedule: Any, args: argparse.Namespace, interrupts: Any, think: Any,
-                on_record: Any) -> Outcome:
-    from llmload.core.dispatch import RequestQueue, StopControl, run_closed_loop, run_open_loop
+def run_single(user: Any, run: Run, interrupts: Any, on_record: Any) -> Outcome:
+    """The run in this process: :func:`llmload.core.run.send_share` over the whole schedule."""
+    from llmload.core.dispatch import StopControl
     from llmload.core.sink import RecordList
 
+    config = run.config
+    assert isinstance(run.schedule, Schedule)
     sink = RecordList()
     sink.listeners.append(on_record)
-    control = StopControl(interrupts.stop, interrupts.force, args.stop_timeout)
-    if think is not None:
-        tally = run_closed_loop(RequestQueue(schedule.entries), lambda _u: user, args.max_concurrency, think, sink,
-                                control=control)
-    else:
-        tally = run_open_loop(schedule, lambda _r: user, sink, max_concurrency=args.max_concurrency,
-                              control=control)
-    return Outcome(sink.records, tally.duration, tally.schedule_lags_s, request_count(schedule) - len(sink.records))
+    control = StopControl(interrupts.stop, interrupts.force, config.stop_timeout)
+    tally = send_share(run.schedule.entries, lambda _: user, sink, control=control,
+                       max_concurrency=config.max_concurrency, closed_users=config.max_concurrency,
+                       think=config.think)
+    return Outcome(sink.records, tally.duration, tally.schedule_lags_s, run.planned - len(sink.records))
 
 
 class DistributedSetup:
@@ -198,8 +180,8 @@ def open_master(plan: RunPlan, env: Any, interrupts: Any, stack: ExitStack) -> D
     return master
 
 
-def execute(plan: RunPlan, target: Target, workload: Workload, user: Any, env: Any, interrupts: Any,
-            stack: ExitStack, master: DistributedSetup | None) -> tuple[Outcome, dict[str, Any]]:
+def execute(plan: RunPlan, run: Run, user: Any, env: Any, interrupts: Any, stack: ExitStack,
+            master: DistributedSetup | None) -> tuple[Outcome, dict[str, Any]]:
     """Run the schedule (on ``master``'s workers when distributed) and return the outcome and client health."""
     from llmload.bench.progress import Progress
     from llmload.bench.setup import run_config
@@ -215,9 +197,9 @@ def execute(plan: RunPlan, target: Target, workload: Workload, user: Any, env: A
     from llmload.bench.observing import bench_observer
     from llmload.exporter.wiring import bench_exporter
 
-    observer = bench_observer(plan, target.base_url, env, master, interrupts)
+    observer = bench_observer(plan, run.target.base_url, env, master, interrupts)
     live = stack.enter_context(bench_exporter(plan, env, master, interrupts, log))
-    progress = Progress(request_count(workload.schedule))
+    progress = Progress(run.planned)
     on_record = live.chain(lambda record: (observer.on_record(record), progress.on_record(record)))
     health = HealthMonitor(reactor=user.pool.reactor)
     interrupts.raise_if_interrupted()
@@ -229,10 +211,10 @@ def execute(plan: RunPlan, target: Target, workload: Workload, user: Any, env: A
     try:
         with quiet_gc():
             if master is None:
-                outcome = run_single(user, workload.schedule, args, interrupts, plan.think, on_record)
+                outcome = run_single(user, run, interrupts, on_record)
             else:
                 master.bench.on_record = on_record
-                outcome = master.run(run_config(plan, target), workload.schedule, interrupts, args)
+                outcome = master.run(run_config(plan, run.target), run.schedule, interrupts, args)
     finally:
         observed = observer.finish()
         health.stop()
@@ -241,7 +223,7 @@ def execute(plan: RunPlan, target: Target, workload: Workload, user: Any, env: A
     outcome.observed = observed
     interrupts.start_report()
     # with --request-rate inf every request is due at once: how long spawning them took is not client lag
-    report = health.report(outcome.schedule_lags_s if plan.spec.open_loop_lag_counts else None)
+    report = health.report(outcome.schedule_lags_s if plan.config.spec.open_loop_lag_counts else None)
     if master is not None:
         report = master.bench.merged_health(master.result_workers, report)
     outcome.interrupted_by = interrupts.signum

@@ -17,7 +17,7 @@ def bench_observer(plan: Any, base_url: str, env: Any, master: Any, interrupts: 
 
     args = plan.args
     scraper = server_scraper(args, base_url, plan.api_key, log)
-    rule = SaturationRule(window_s=args.saturation_window) if plan.think is None else None
+    rule = SaturationRule(window_s=args.saturation_window) if plan.config.think is None else None
     if master is None:
         run_state = state_of(env)
 

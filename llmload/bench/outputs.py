@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from llmload.bench.console import log
-from llmload.bench.execute import Outcome
 from llmload.bench.plan import RunPlan
-from llmload.bench.setup import Target, Workload
+from llmload.core.run import Outcome, Run
 
 #: exit code of a run that completed but missed --fail-on-error-rate or --fail-on-slo
 THRESHOLD_MISSED = 3
@@ -24,8 +23,7 @@ class Finished:
     """Everything a finished run hands to its outputs."""
 
     plan: RunPlan
-    target: Target
-    workload: Workload
+    run: Run
     outcome: Outcome
     health: dict[str, Any]
 
@@ -42,30 +40,25 @@ class Concluded:
     records_path: Path | None
 
 
-def report(run: Finished) -> int:
+def report(done: Finished) -> int:
     """Print the summary, write the result JSON and records, and choose the exit code (docs/reliability.md)."""
-    return conclude(run).exit_code
+    return conclude(done).exit_code
 
 
-def conclude(run: Finished) -> Concluded:
+def conclude(done: Finished) -> Concluded:
     """:func:`report`, returning the metrics, the result and the files written with the exit code."""
     from llmload.core.health import judge
-    from llmload.core.outcome import finish_records
-    from llmload.metrics import compute_metrics
 
-    plan, outcome, args = run.plan, run.outcome, run.plan.args
-    tokenizer = run.workload.tokenizer
-    records = finish_records(outcome.records, tokenizer)
-    metrics = compute_metrics(records, max(outcome.duration, 1e-9), goodput_slos=plan.goodput,
-                              selected_percentiles=plan.percentiles, selected_metrics=plan.selected,
-                              ttft_rule=args.ttft_rule, schedule_lags_s=outcome.schedule_lags_s)
-    health_report = judge(run.health, metrics.itl.median_ms)
+    plan, outcome, args = done.plan, done.outcome, done.plan.args
+    measured = done.run.finish(outcome)
+    records, metrics = measured.records, measured.metrics
+    health_report = judge(done.health, metrics.itl.median_ms)
     _print_summary(args, metrics, outcome, health_report)
-    data = result_data(run, metrics, records, health_report)
+    data = result_data(done, metrics, records, health_report)
     paths: tuple[Path | None, Path | None] = (None, None)
     wrote = True
     if plan.save:
-        wrote, paths = _save(run, data, records)
+        wrote, paths = _save(done, data, records)
     return Concluded(_exit_code(args, metrics, outcome, wrote), metrics, data, *paths)
 
 
@@ -125,28 +118,30 @@ def _save_series(observed: Any, rec_path: Path) -> None:
         log(f"error: cannot write the server's metrics to {path}: {exc.strerror or exc}")
 
 
-def result_data(run: Finished, metrics: Any, records: list, health_report: dict[str, Any]) -> dict[str, Any]:
+def result_data(done: Finished, metrics: Any, records: list, health_report: dict[str, Any]) -> dict[str, Any]:
     """The result JSON's content (:func:`llmload.core.result.result_data`, as ``locust -f --llm-result``)."""
     from llmload.core.result import result_data as build
     from llmload.metrics import detailed_lists
 
-    plan, outcome, args = run.plan, run.outcome, run.plan.args
-    return build(options=args, metrics=metrics, model_id=run.target.model, tokenizer_id=run.target.tokenizer_id,
-                 base_url=run.target.shown, num_prompts=len(run.workload.schedule), health=health_report,
+    plan, outcome, args = done.plan, done.outcome, done.plan.args
+    target = done.run.target
+    assert done.run.schedule is not None
+    return build(options=args, metrics=metrics, model_id=target.model, tokenizer_id=target.tokenizer_id,
+                 base_url=target.shown, num_prompts=len(done.run.schedule), health=health_report,
                  not_sent=outcome.unsent, interrupted_by=outcome.interrupted_by, observed=outcome.observed,
                  workers=outcome.workers, lost=outcome.lost, metadata=plan.metadata,
                  detailed=detailed_lists(records, metrics) if args.save_detailed else None)
 
 
-def _save(run: Finished, data: dict[str, Any], records: list) -> tuple[bool, tuple[Path | None, Path | None]]:
+def _save(done: Finished, data: dict[str, Any], records: list) -> tuple[bool, tuple[Path | None, Path | None]]:
     """Write the result JSON, then the records; a failure of one is one line on stderr and never stops the
     other. Returns whether both were written, and the paths that were."""
     from llmload.bench.results import default_filename, records_path, write_json, write_records
 
-    args = run.plan.args
+    args = done.plan.args
     label = args.label or args.backend
     filename = args.result_filename or default_filename(label, args.request_rate, args.max_concurrency,
-                                                        run.target.model,
+                                                        done.run.target.model,
                                                         datetime.strptime(data["date"], "%Y%m%d-%H%M%S"))
     path = Path(args.result_dir) / filename
     rec_path = records_path(path, args.records_format)
@@ -162,7 +157,7 @@ def _save(run: Finished, data: dict[str, Any], records: list) -> tuple[bool, tup
         log(f"error: cannot write every record to {rec_path}: {exc.strerror or exc} (the lines written are "
              "complete records)")
         return False, (path if ok else None, None)
-    _save_series(run.outcome.observed, rec_path)
+    _save_series(done.outcome.observed, rec_path)
     if ok:
         log(f"Saved result to {path} and {len(records)} request records to {rec_path}")
     return ok, (path if ok else None, rec_path)

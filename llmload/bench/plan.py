@@ -9,15 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from llmload.bench.console import log
-from llmload.core.workload import chat_backend_for_conversations, check_conversation_options, schedule_spec
+from llmload.core.run import RunConfig
 from llmload.errors import ConfigError
-from llmload.metrics import parse_goodput
 from llmload.options import api_key, cluster_token
 from llmload.urls import redact_url, secrets_in
-
-#: environment variable holding the token workers must prove they know (docs/distributed.md)
-#: requests against the simulator when --num-prompts is not given
-SIM_PROMPTS = 200
 
 
 def base_url(args: argparse.Namespace) -> str | None:
@@ -58,38 +53,32 @@ class RunPlan:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        from llmload.core.arrivals import parse_think_time, validate_arrivals
-
         self.base_url = base_url(args)
         self.api_key = api_key(args)
-        self.goodput = parse_goodput(args.goodput)
-        self.percentiles = args.metric_percentiles
-        self.selected = args.percentile_metrics
         self.metadata = parse_metadata(args.metadata)
-        validate_arrivals(args.request_rate, args.burstiness, args.ramp_up_strategy, args.ramp_up_start_rps,
-                          args.ramp_up_end_rps)
+        backend = args.backend
+        #: what the options decide for every way in (arrivals checked, SLOs parsed, conversations checked)
+        self.config = RunConfig.from_options(args)
+        if self.config.backend != backend:
+            log(f"--multi-turn sends chat messages: using --backend {self.config.backend} instead of {backend}")
         self.distributed = bool(args.processes or args.master)
         if args.master and not args.expect_workers:
             raise ConfigError("--master needs --expect-workers N (N >= 1)")
         self.use_sim = self.base_url is None
-        self.num_prompts = args.num_prompts or (SIM_PROMPTS if self.use_sim else 1000)
         if args.dataset_name in ("trace", "custom") and not args.dataset_path:
             what = "an Azure/BurstGPT CSV or a JSONL trace" if args.dataset_name == "trace" else "a JSONL file"
             raise ConfigError(f"--dataset-name {args.dataset_name} needs --dataset-path ({what})")
         if args.dataset_path and not Path(args.dataset_path).is_file():
             raise ConfigError(f"--dataset-path {args.dataset_path}: no such file")
-        if args.dataset_name == "trace":
-            self.num_prompts = args.num_prompts  # None: the whole window
-            if args.rate_shape or args.constant_rate:
-                raise ConfigError("a trace brings its own arrival times: drop --rate-shape/--constant-rate")
+        if args.dataset_name == "trace" and (args.rate_shape or args.constant_rate):
+            raise ConfigError("a trace brings its own arrival times: drop --rate-shape/--constant-rate")
         if args.think_time and not args.max_concurrency:
             raise ConfigError("--think-time needs --max-concurrency N (the number of closed-loop users)")
-        self.think = parse_think_time(args.think_time) if args.think_time else None
         if args.rate_shape:
             from llmload.shapes import parse_shape
 
             parse_shape(args.rate_shape, "--rate-shape")
-        if args.fail_on_slo is not None and not self.goodput:
+        if args.fail_on_slo is not None and not self.config.goodput:
             raise ConfigError("--fail-on-slo needs --goodput SLOs to judge against")
         self.save = bool(args.save_result or args.save_detailed)
         if self.save:
@@ -110,13 +99,7 @@ class RunPlan:
         self._frozen = True
 
     def _check_extras(self, args: argparse.Namespace) -> None:
-        """Conversations, the schedule spec, server metrics and saturation, llmload's own /metrics."""
-        self.conversation = check_conversation_options(args)
-        chat = chat_backend_for_conversations(args)
-        if chat is not None:
-            log(f"--multi-turn sends chat messages: using --backend {chat} instead of {args.backend}")
-            args.backend = chat
-        self.spec = schedule_spec(args)
+        """Server metrics and saturation, llmload's own /metrics."""
         if args.no_server_metrics and args.server_metrics_url:
             raise ConfigError("--no-server-metrics and --server-metrics-url contradict each other: drop one")
         if args.server_metrics_url and not args.server_metrics_url.startswith(("http://", "https://")):
@@ -128,16 +111,12 @@ class RunPlan:
 
     def with_changes(self, **changes: Any) -> RunPlan:
         """This plan with some flags changed (a sweep's point: another rate, concurrency or file name). What
-        was validated and bound once (the result dir, the cluster token, the Prometheus port) is kept; the
-        arrivals are checked again and the schedule spec rebuilt."""
-        from llmload.core.arrivals import validate_arrivals
-
+        was validated and bound once (the result dir, the cluster token, the Prometheus port) is kept; the run's
+        configuration is decided again (arrivals checked, schedule spec rebuilt)."""
         args = argparse.Namespace(**{**vars(self.args), **changes})
-        validate_arrivals(args.request_rate, args.burstiness, args.ramp_up_strategy, args.ramp_up_start_rps,
-                          args.ramp_up_end_rps)
         derived = object.__new__(RunPlan)
         derived.__dict__.update(self.__dict__)
-        derived.__dict__.update(args=args, spec=schedule_spec(args), metadata=dict(self.metadata),
+        derived.__dict__.update(args=args, config=RunConfig.from_options(args), metadata=dict(self.metadata),
                                 save=bool(args.save_result or args.save_detailed))
         return derived
 

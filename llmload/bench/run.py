@@ -13,19 +13,19 @@ from typing import Any, NoReturn
 
 from llmload.bench.console import log
 from llmload.bench.outputs import THRESHOLD_MISSED, Finished, report
-from llmload.bench.plan import SIM_PROMPTS, RunPlan
+from llmload.bench.plan import RunPlan
 from llmload.bench.setup import (
     environment,
     initial_test,
-    load_workload,
     make_user_class,
+    new_run,
     run_config,
     start_target,
 )
 from llmload.errors import EndpointError, LLMLoadError
 from llmload.options import CLUSTER_TOKEN_ENV, cluster_token
 
-__all__ = ["CLUSTER_TOKEN_ENV", "SIM_PROMPTS", "THRESHOLD_MISSED", "make_user_class", "run_bench", "run_worker"]
+__all__ = ["CLUSTER_TOKEN_ENV", "THRESHOLD_MISSED", "make_user_class", "run_bench", "run_worker"]
 
 
 def run_worker(args: argparse.Namespace) -> int:
@@ -117,20 +117,23 @@ def _bench(plan: RunPlan, interrupts: Any) -> int:
     with ExitStack() as stack:
         target = start_target(plan, stack)
         interrupts.raise_if_interrupted()  # a signal held while the simulator's process forked
-        workload = load_workload(plan, target)
+        run = new_run(plan, target)
+        run.load()
+        run.plan()
         env = environment(make_user_class(run_config(plan, target)))
         user = env.user_classes[0](env)
-        probe(plan, user, workload, target)
+        probe(plan, user, run)
         from llmload.bench.execute import execute, open_master
 
         master = open_master(plan, env, interrupts, stack)
-        outcome, health = execute(plan, target, workload, user, env, interrupts, stack, master)
-    return report(Finished(plan, target, workload, outcome, health))
+        outcome, health = execute(plan, run, user, env, interrupts, stack, master)
+    return report(Finished(plan, run, outcome, health))
 
 
-def probe(plan: RunPlan, user: Any, workload: Any, target: Any) -> None:
+def probe(plan: RunPlan, user: Any, run: Any) -> None:
+    """The initial test request (unless ``--no-initial-test``) with the run's first sample."""
     if plan.args.no_initial_test:
         log("Skipping the initial test request (--no-initial-test)")
     else:
-        initial_test(user, workload.samples[0], target.base_url, plan.args)
+        initial_test(user, run.workload.samples[0], run.target.base_url, plan.args)
     user.pool.close()

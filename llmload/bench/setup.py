@@ -1,44 +1,19 @@
-"""The set-up steps of ``llmload bench``: the target (start the simulator, ask ``/v1/models``), the workload
-(tokenizer, samples, schedule), the user that sends, and the initial test request."""
+"""The set-up steps of ``llmload bench``: the target (start the simulator, ask ``/v1/models``), the run on it
+(:class:`llmload.core.run.Run`: workload and schedule), the user that sends, and the initial test request."""
 
 from __future__ import annotations
 
 import argparse
 import shlex
 from contextlib import ExitStack
-from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
 from llmload.bench.console import log
-from llmload.bench.plan import SIM_PROMPTS, RunPlan
-from llmload.errors import DatasetError, EndpointError
+from llmload.bench.plan import RunPlan
+from llmload.core.run import Run, Target
+from llmload.errors import EndpointError
 from llmload.urls import redact_url
-
-
-@dataclass(frozen=True)
-class Target:
-    """The server a run measures."""
-
-    base_url: str
-    model: str
-    tokenizer_id: str
-    #: the built-in simulator started for this run
-    built_in_sim: bool
-    #: llmload's simulator (built in, or found at --base-url)
-    simulator: bool
-
-    @property
-    def shown(self) -> str:
-        """How results name the target (credentials never shown)."""
-        return "llmload-sim" if self.built_in_sim else redact_url(self.base_url)
-
-
-@dataclass(frozen=True)
-class Workload:
-    tokenizer: Any
-    samples: list[Any]
-    schedule: Any
 
 
 def start_target(plan: RunPlan, stack: ExitStack) -> Target:
@@ -56,39 +31,12 @@ def start_target(plan: RunPlan, stack: ExitStack) -> Target:
         base_url = sim.url
         log(f"Simulator ready at {base_url} (pid {sim.pid}); it is stopped when the run ends")
     assert base_url is not None
-    from llmload.target import resolve_target
-
-    model, hint, simulator = resolve_target(args, base_url, plan.api_key)
-    tokenizer_id = args.tokenizer or ("builtin" if plan.use_sim else hint or model)
-    return Target(base_url, model, tokenizer_id, plan.use_sim, simulator or plan.use_sim)
+    return Target.resolve(args, base_url, plan.api_key, built_in_sim=plan.use_sim)
 
 
-def load_workload(plan: RunPlan, target: Target, extra: int = 0) -> Workload:
-    """Tokenizer, samples and the run's schedule; ``extra`` more samples first (a sweep's warm-up)."""
-    from llmload._compat import import_transformers
-    from llmload.core.schedule import Schedule
-    from llmload.core.workload import dataset_options
-    from llmload.datasets import load_samples
-    from llmload.tokenizer import BUILTIN, load_counting_tokenizer
-
-    args = plan.args
-    num_prompts = plan.num_prompts
-    if target.simulator and args.num_prompts is None and args.dataset_name != "trace":
-        num_prompts = SIM_PROMPTS  # a running llmload sim: the same default as the built-in one
-    if num_prompts and extra:
-        num_prompts += extra
-    log(f"Loading tokenizer {target.tokenizer_id!r} and {num_prompts or 'all'} prompts from the "
-        f"{args.dataset_name} dataset")
-    if target.tokenizer_id != BUILTIN:
-        import_transformers()
-    tokenizer = load_counting_tokenizer(target.tokenizer_id, trust_remote_code=args.trust_remote_code)
-    samples = load_samples(args.dataset_name, args.dataset_path, tokenizer, num_prompts, args.seed,
-                           **dataset_options(args))
-    if num_prompts and len(samples) < num_prompts:
-        log(f"warning: the dataset gave {len(samples)} usable prompts, fewer than --num-prompts {num_prompts}")
-    if not samples:
-        raise DatasetError("the dataset gave no usable prompts")
-    return Workload(tokenizer, samples, Schedule.build(plan.spec, samples))
+def new_run(plan: RunPlan, target: Target) -> Run:
+    """The run on ``target`` (:class:`llmload.core.run.Run`), saying what it loads on stderr."""
+    return Run(plan.args, plan.config, target, log)
 
 
 def run_config(plan: RunPlan, target: Target) -> dict[str, Any]:
@@ -96,7 +44,7 @@ def run_config(plan: RunPlan, target: Target) -> dict[str, Any]:
     from llmload.core.settings import UserSettings
 
     settings = UserSettings.from_options(plan.args, model=target.model, api_key=plan.api_key,
-                                         conversation=plan.conversation)
+                                         conversation=plan.config.conversation)
     return {"base_url": target.base_url, "user": settings.to_message()}
 
 

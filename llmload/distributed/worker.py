@@ -13,9 +13,10 @@ from gevent.event import Event
 
 from llmload.core import protocol
 from llmload.core.conversation import request_count, turn_count
-from llmload.core.dispatch import RequestQueue, StopControl, Tally, run_closed_loop, run_open_loop
+from llmload.core.dispatch import StopControl, Tally
 from llmload.core.messages import job_requests
 from llmload.core.protocol import BATCH_INTERVAL_S, FREEZE_S, Done, Job, Revoke, Stop
+from llmload.core.run import send_share
 from llmload.core.schedule import Scheduled
 from llmload.core.sink import BatchShipper
 
@@ -132,17 +133,13 @@ class BenchWorker:
         self.shipper.dispatched(request.index)
 
     def _dispatch(self, job: Job, requests: list[Scheduled], user: Any, start_at: float) -> Tally:
-        """The job's loop: its share of the open-loop schedule, or closed-loop users over its requests."""
-        if job.closed:
-            from llmload.core.arrivals import parse_think_time
-
-            think = parse_think_time(job.closed["think"])
-            gevent.sleep(max(0.0, start_at - perf_counter()))
-            return run_closed_loop(RequestQueue(requests), lambda _u: user, int(job.closed["users"]), think,
-                                   self.shipper, control=self.control, on_dispatch=self._released)
-        return run_open_loop(requests, lambda _r: user, self.shipper, max_concurrency=job.max_concurrency,
-                             control=self.control, start_at=start_at, skip=lambda r: not self._may_send(r),
-                             on_dispatch=self._released)
+        """The job's loop (:func:`llmload.core.run.send_share`): its share of the open-loop schedule, or its
+        closed-loop users over its requests."""
+        closed = job.closed or {}
+        return send_share(requests, lambda _: user, self.shipper, control=self.control,
+                          max_concurrency=job.max_concurrency, closed_users=closed.get("users"),
+                          think=closed.get("think"), start_at=start_at, skip=lambda r: not self._may_send(r),
+                          on_dispatch=self._released)
 
     def _flush_loop(self) -> None:
         while True:

@@ -90,7 +90,7 @@ def bench_exporter(plan: Any, env: Any, master: Any, interrupts: Any,
     if endpoint is None:
         yield RunExporter(None)
         return
-    exporter = LiveExporter(schedule_lag=plan.spec.open_loop_lag_counts)
+    exporter = LiveExporter(schedule_lag=plan.config.spec.open_loop_lag_counts)
     if master is None:
         from llmload.core.state import state_of
 

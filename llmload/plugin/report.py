@@ -32,13 +32,6 @@ def run_accounting(run: Any) -> dict[str, int]:
             "lost": max(0, dispatched - records)}
 
 
-def _run_slos(opts: Any) -> Any:
-    from llmload.metrics import parse_goodput
-
-    goodput = getattr(opts, "goodput", None)
-    return parse_goodput(goodput if isinstance(goodput, list) else goodput.split()) if goodput else None
-
-
 def _class_slos(run: Any) -> dict[str, dict[str, float]] | None:
     """SLOs a locustfile set on its user classes (``goodput = {"ttft": 500}``): they replace ``--goodput`` for
     that class's requests."""
@@ -49,23 +42,24 @@ def _class_slos(run: Any) -> dict[str, dict[str, float]] | None:
 
 
 def print_summary(run: Any) -> None:
-    from llmload.core.outcome import finish_records, run_span
-    from llmload.metrics import compute_metrics
+    """The summary ``llmload bench`` prints, from the run core's metrics (:meth:`llmload.core.run.Run.finish`),
+    with this run's accounting; then ``--llm-result`` and ``--llm-records``."""
+    from llmload.core.outcome import run_span
+    from llmload.core.run import Outcome
     from llmload.summary import format_summary
 
-    if not run.records.records:
+    if not run.records.records or run.core is None:
         return
     opts = run.options
-    records = finish_records(run.records.records, run.workload.tokenizer if run.workload is not None else None)
+    raw = run.records.records
     # requests re-assigned from a lost worker are sent late on purpose: not the client's schedule lag
-    lags = [lag for r in records if (lag := r.schedule_lag) is not None
+    lags = [lag for r in raw if (lag := r.schedule_lag) is not None
             and run.request_index.get(r.conversation_id or r.request_id) not in run.reassigned]
-    metrics = compute_metrics(records, max(run_span(records), 1e-9), goodput_slos=_run_slos(opts), schedule_lags_s=lags or None,
-                              class_slos=_class_slos(run), ttft_rule=opts.ttft_rule,
-                              selected_metrics=getattr(opts, "percentile_metrics", None) or ("ttft", "tpot", "itl"),
-                              selected_percentiles=getattr(opts, "metric_percentiles", None) or (99.0,))
-    lines = [format_summary(metrics, backend_label=opts.backend)]
     acc = run_accounting(run)
+    measured = run.core.finish(Outcome(list(raw), run_span(raw), lags or None, acc["not_sent"], lost=acc["lost"]),
+                               class_slos=_class_slos(run))
+    records, metrics = measured.records, measured.metrics
+    lines = [format_summary(metrics, backend_label=opts.backend)]
     lines.append(f"{'Requests in the schedule:':<40} {acc['planned']:<10}")
     lines.append(f"{'Not sent (run stopped early):':<40} {acc['not_sent']:<10}")
     if run.role == "master":

@@ -47,6 +47,13 @@ from llmload.plugin.observing import finish_observer, start_observer
 STEER_LEAD_S = 0.5
 
 
+def _say(line: str) -> None:
+    """What loading the run says, in Locust's log."""
+    import logging
+
+    logging.getLogger("llmload").info(line)
+
+
 class LocustRun(ClusterRole, RunState):
     """The state of one environment's run; Locust's events call its ``on_*`` methods."""
 
@@ -64,6 +71,8 @@ class LocustRun(ClusterRole, RunState):
         self.records = RecordList()
         self.shipper = BatchShipper(self.runner.send_message) if self.role == "worker" else None
         self.control = StopControl()
+        #: master and local runner: the run on the core (its config, target, workload, schedule, metrics)
+        self.core: Any = None
         self.workload: Any = None
         self.schedule: Schedule | LiveSchedule | None = None
         self._workload_key: tuple | None = None
@@ -120,27 +129,28 @@ class LocustRun(ClusterRole, RunState):
         return self.shipper if self.shipper is not None else self.records
 
     def prepare(self) -> None:
-        """Load the workload (again only when the options changed) and build the schedule. LLMLoadError: one
-        line, the run cannot start."""
-        from llmload.options import normalize_options
-        from llmload.plugin.setup import (
-            build_schedule,
-            configure_classes,
-            conversation_settings,
-            load_workload,
-        )
+        """Decide the run from the options (:class:`llmload.core.run.Run`), load its workload (again only when
+        the options changed) and build its schedule. LLMLoadError: one line, the run cannot start."""
+        from llmload.core.run import Run, RunConfig, Target
+        from llmload.options import api_key, normalize_options
+        from llmload.plugin.setup import class_weights, configure_classes, conversation_settings
 
         opts = self.options
         normalize_options(opts)  # the web UI's start form gives strings back
         conversation_settings(opts, self.environment)
+        config = RunConfig.from_options(opts, live=not self.headless)
         host = (self.environment.host or "").rstrip("/")
         key = tuple(sorted((k, str(v)) for k, v in vars(opts).items()))
-        if key != self._workload_key:
-            self.workload = load_workload(opts, host)
+        if key != self._workload_key or self.core is None:
+            target = Target.resolve(opts, host, api_key(opts), lenient=True)
+            self.core = Run(opts, config, target, _say)
+            self.core.load()
             self._workload_key = key
-        # a fresh schedule every test: a live one keeps its position and rate changes
-        self.schedule = build_schedule(opts, self.workload.samples, self.environment, live=not self.headless)
-        configure_classes(self.environment, opts, self.workload.model)
+        else:  # the same options: the same workload, a fresh schedule (a live one keeps no position)
+            self.core = Run(opts, config, self.core.target, _say, workload=self.core.workload)
+        self.workload = self.core.workload
+        self.schedule = self.core.plan(classes=class_weights(self.environment), live=not self.headless)
+        configure_classes(self.environment, opts, self.core.target.model, config)
 
     def sender_for(self, request: Scheduled) -> Any:
         """The user that sends ``request`` in the open loop: one instance per user class and process."""
@@ -180,11 +190,13 @@ class LocustRun(ClusterRole, RunState):
                 self._begin(self._local_plan())
                 self.observer = start_observer(self)
             else:
+                from llmload.core.run import RunConfig
                 from llmload.plugin.setup import configure_classes, conversation_settings
 
                 conversation_settings(self.options, self.environment)
                 plan = self.plan or self._local_plan()
-                configure_classes(self.environment, self.options, plan.model)
+                configure_classes(self.environment, self.options, plan.model,
+                                  RunConfig.from_options(self.options, live=not plan.headless))
                 self._begin(plan)
         except LLMLoadError as exc:
             sys.stderr.write(f"llmload: error: {exc}\n")

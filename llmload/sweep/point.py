@@ -14,8 +14,7 @@ from typing import Any
 from gevent.event import Event
 
 from llmload.bench.console import log
-from llmload.bench.execute import Outcome
-from llmload.bench.setup import Target, Workload
+from llmload.core.run import Outcome, Run, Target, Workload
 from llmload.sweep.plan import CONCURRENCY, SweepPlan
 from llmload.sweep.table import point_row
 
@@ -106,20 +105,21 @@ class Session:
         index = len(self.rows) + 1
         plan = self._point_plan(index, load, stop_on_saturation)
         samples = self._samples(load)
-        schedule = Schedule.build(plan.spec, samples)
+        run = Run(plan.args, plan.config, self.target, log, workload=self.workload)
+        schedule = run.plan(samples)
+        assert isinstance(schedule, Schedule)
         log(f"Sweep point {index}{of} ({role}): {_shown(sweep.dimension, load)}, {len(schedule)} requests"
             + (f" ({sweep.warmup} of them warm-up)" if sweep.warmup else ""))
         stop = PointStop(self.interrupts)
         try:
-            outcome, health = execute(plan, self.target, Workload(self.workload.tokenizer, samples, schedule),
-                                      self.user, self.env, stop, self.stack, self.master)
+            outcome, health = execute(plan, run, self.user, self.env, stop, self.stack, self.master)
         finally:
             stop.close()
             self.user.pool.close()
         measured = without_warmup(outcome, schedule, sweep.warmup)
         trimmed = Schedule(schedule.entries[sweep.warmup:], schedule.offsets[sweep.warmup:])
-        done = conclude(Finished(plan, self.target, Workload(self.workload.tokenizer, samples, trimmed), measured,
-                                 health))
+        measured_run = Run(plan.args, plan.config, self.target, log, workload=self.workload, schedule=trimmed)
+        done = conclude(Finished(plan, measured_run, measured, health))
         goodput = _goodput_fraction(done.metrics) if sweep.slo else None
         meets = None if goodput is None else goodput >= sweep.goodput_target
         row = point_row(index, role, done.result, goodput=goodput, meets_target=meets,
@@ -166,10 +166,8 @@ def without_warmup(outcome: Outcome, schedule: Any, warmup: int) -> Outcome:
         run_start = last - outcome.duration
         duration = max(1e-9, outcome.duration - max(0.0, min(r.start for r in kept) - run_start))
     lags = [lag for r in kept if (lag := r.schedule_lag) is not None] if outcome.schedule_lags_s else []
-    trimmed = Outcome(kept, duration, lags, outcome.unsent, outcome.workers, outcome.lost)
-    trimmed.interrupted_by = outcome.interrupted_by
-    trimmed.observed = outcome.observed
-    return trimmed
+    return Outcome(kept, duration, lags, outcome.unsent, outcome.workers, outcome.lost,
+                   interrupted_by=outcome.interrupted_by, observed=outcome.observed)
 
 
 def _goodput_fraction(metrics: Any) -> float | None:

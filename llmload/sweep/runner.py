@@ -41,46 +41,47 @@ def run_sweep(args: argparse.Namespace, write_figures: FigureWriter | None = Non
 def _sweep(sweep: SweepPlan, interrupts: Any, write_figures: FigureWriter | None) -> int:
     from llmload.bench.execute import open_master
     from llmload.bench.run import probe
-    from llmload.bench.setup import environment, load_workload, make_user_class, run_config, start_target
+    from llmload.bench.setup import environment, make_user_class, new_run, run_config, start_target
     from llmload.sweep.drivers import run_points
     from llmload.sweep.point import Session
 
     plan = sweep.run
     with ExitStack() as stack:
         target = start_target(plan, stack)
-        workload = load_workload(plan, target, extra=sweep.warmup)
+        run = new_run(plan, target)
+        workload = run.load(extra=sweep.warmup)
         env = environment(make_user_class(run_config(plan, target)))
         user = env.user_classes[0](env)
-        probe(plan, user, workload, target)
+        probe(plan, user, run)
         master = open_master(plan, env, interrupts, stack)
         session = Session(sweep, target, workload, user, env, master, interrupts, stack)
         # sweep.json after every point: a sweep killed outright still leaves the points it finished
-        session.after_point = lambda: _write_json(sweep, sweep_data(sweep, target, session.rows, None,
+        session.after_point = lambda: _write_json(sweep, sweep_data(sweep, run, session.rows, None,
                                                                     interrupted=session.interrupted,
                                                                     finished=False))
         answer: Answer | None = None
         try:
             answer = run_points(session)
         finally:
-            data = sweep_data(sweep, target, session.rows, answer, interrupted=session.interrupted)
+            data = sweep_data(sweep, run, session.rows, answer, interrupted=session.interrupted)
             _write(sweep, data, write_figures)
     print(format_table(data), flush=True)
     return _exit_code(sweep, data, interrupts)
 
 
-def sweep_data(sweep: SweepPlan, target: Any, rows: list[dict[str, Any]], answer: Answer | None, *,
+def sweep_data(sweep: SweepPlan, run: Any, rows: list[dict[str, Any]], answer: Answer | None, *,
                interrupted: bool, finished: bool = True) -> dict[str, Any]:
     """``sweep.json``'s content (keys: :mod:`llmload.sweep.table`)."""
     from llmload.sweep.table import SWEEP_KIND, SWEEP_VERSION
 
-    args = sweep.run.args
+    args, target = sweep.run.args, run.target
     profile = _sim_profile(args) if target.built_in_sim else None
     ceiling = next((r["achieved_rate"] for r in rows if r["role"] == "ceiling"), None)
     return {
         "kind": SWEEP_KIND, "version": SWEEP_VERSION, "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
         "label": args.label or profile or args.backend,
         "backend": args.backend, "model_id": target.model, "base_url": target.shown,
-        "dataset_name": args.dataset_name, "num_prompts": sweep.run.num_prompts, "warmup": sweep.warmup,
+        "dataset_name": args.dataset_name, "num_prompts": run.num_prompts, "warmup": sweep.warmup,
         "duration_per_point": sweep.duration,
         "simulated": bool(target.simulator), "sim_profile": profile,
         "mode": sweep.mode, "dimension": sweep.dimension, "slo": sweep.slo,

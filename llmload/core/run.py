@@ -1,0 +1,273 @@
+"""One run's lifecycle, the same object under every way in (docs/design.md, "Run lifecycle")::
+
+    config    RunConfig.from_options(options)   the options decided once: schedule spec, SLOs, metrics, loop
+    target    Target.resolve(...)               the server: URL, model, tokenizer, whether it is llmload's sim
+    load      Run.load()   -> Workload          the tokenizer and the samples (the prompt count decided here)
+    plan      Run.plan()   -> Schedule           (the web UI: a steerable LiveSchedule); Run.shares(n) per worker
+    start     send_share()                       this process's part: open loop, or closed loop with think time
+    drain     StopControl                        stop, --stop-timeout, cut (core/dispatch.py)
+    finish    Run.finish(outcome) -> Measured    records in send order, pending outputs counted, the metrics
+
+``llmload bench`` (one process, or its ``--processes`` / ``--master`` workers), each point of ``llmload sweep``,
+``locust -f`` (Locust's events call the steps: plugin/run.py) and ``llmload ui`` (``locust -f`` with the web UI)
+drive this; what differs between them is how they start processes and where they print.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from llmload.client.records import RequestRecord
+from llmload.core.conversation import ConversationPolicy, request_count
+from llmload.core.dispatch import RequestQueue, StopControl, Tally, run_closed_loop, run_open_loop
+from llmload.core.outcome import finish_records
+from llmload.core.schedule import LiveSchedule, Schedule, Scheduled, ScheduleSpec
+from llmload.core.sink import RecordSink
+from llmload.core.workload import (
+    chat_backend_for_conversations,
+    check_conversation_options,
+    dataset_options,
+    schedule_spec,
+)
+from llmload.errors import DatasetError, LLMLoadError
+from llmload.urls import redact_url
+
+Log = Callable[[str], None]
+
+
+def _quiet(_line: str) -> None:
+    """A log that says nothing."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What the options decide for every way in, once: checked (ConfigError, one line) before the first request.
+
+    ``think``: the closed loop's ``--think-time`` spec (None: open loop, or Locust's own users); ``backend`` is
+    the dialect actually spoken (``--multi-turn`` switches vLLM's completions to chat)."""
+
+    spec: ScheduleSpec
+    goodput: dict[str, float] | None
+    percentiles: tuple[float, ...]
+    metrics: tuple[str, ...]
+    ttft_rule: str
+    backend: str
+    conversation: ConversationPolicy | None
+    think: str | None
+    max_concurrency: int | None
+    stop_timeout: float
+
+    @classmethod
+    def from_options(cls, options: Any, *, live: bool = False) -> RunConfig:
+        """The run's configuration from parsed options (bench's argparse namespace or Locust's: one table,
+        :mod:`llmload.options`). ``--multi-turn`` with a completions dialect sets ``options.backend`` to chat.
+        ``live``: the web UI's steerable schedule, which takes the rate and burstiness only (the start form's
+        ramp-up select always holds a choice), so only those are checked."""
+        from llmload.core.arrivals import parse_think_time, validate_arrivals
+        from llmload.metrics import parse_goodput
+
+        spec = schedule_spec(options)
+        if live:
+            validate_arrivals(spec.request_rate, spec.burstiness)
+        else:
+            validate_arrivals(spec.request_rate, spec.burstiness, spec.ramp_up_strategy, spec.ramp_up_start_rps,
+                              spec.ramp_up_end_rps)
+        goodput = getattr(options, "goodput", None)
+        if isinstance(goodput, str):  # Locust's web form gives a string back
+            goodput = goodput.split()
+        chat = chat_backend_for_conversations(options)
+        if chat is not None:
+            options.backend = chat
+        think = getattr(options, "think_time", "") or None
+        if think:
+            parse_think_time(think)  # a bad spec fails here, not at the first request
+        return cls(spec=spec, goodput=parse_goodput(goodput) if goodput else None,
+                   percentiles=tuple(options.metric_percentiles), metrics=tuple(options.percentile_metrics),
+                   ttft_rule=options.ttft_rule, backend=options.backend,
+                   conversation=check_conversation_options(options), think=think,
+                   max_concurrency=getattr(options, "max_concurrency", None) or None,
+                   stop_timeout=float(getattr(options, "stop_timeout", 0.0) or 0.0))
+
+
+@dataclass(frozen=True)
+class Target:
+    """The server a run measures."""
+
+    base_url: str
+    model: str
+    tokenizer_id: str
+    #: llmload's simulator (started for this run, or found at the URL)
+    simulator: bool = False
+    #: the simulator was started for this run
+    built_in_sim: bool = False
+
+    @property
+    def shown(self) -> str:
+        """How results name the target (credentials never shown)."""
+        return "llmload-sim" if self.built_in_sim else redact_url(self.base_url)
+
+    @classmethod
+    def resolve(cls, options: Any, base_url: str, api_key: str | None, *, built_in_sim: bool = False,
+                lenient: bool = False) -> Target:
+        """Ask ``/v1/models`` which model to name and which tokenizer it hints at (llmload's sim says so).
+        The tokenizer: ``--tokenizer``, else ``builtin`` for the simulator started here, else the server's
+        hint, else the model. ``lenient`` (``locust -f``): a server that cannot answer leaves the model as
+        given, and its first request says what is wrong."""
+        from llmload.target import resolve_target
+
+        given = getattr(options, "model", "") or ""
+        try:
+            model, hint, simulator = resolve_target(options, base_url, api_key) if base_url else (given, None, False)
+        except LLMLoadError:
+            if not lenient:
+                raise
+            model, hint, simulator = given, None, False
+        tokenizer_id = (getattr(options, "tokenizer", "") or ("builtin" if built_in_sim else "") or hint or model
+                        or "builtin")
+        return cls(base_url, model, tokenizer_id, simulator or built_in_sim, built_in_sim)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a run sends, before it is scheduled."""
+
+    tokenizer: Any
+    tokenizer_id: str
+    model: str
+    samples: list[Any]
+
+
+@dataclass
+class Outcome:
+    """What a run produced, in one process or over workers: every record, how long it ran, the schedule lags
+    that count as the client's, what was never sent, and (distributed) each worker's part and what was lost
+    with dead workers."""
+
+    records: list[RequestRecord]
+    duration: float
+    schedule_lags_s: list[float] | None
+    unsent: int
+    workers: list[dict[str, Any]] | None = None
+    lost: int = 0
+    #: the signal that stopped the run early (None: it ran to the end)
+    interrupted_by: int | None = None
+    #: the server's scraped metrics and the saturation verdict (:class:`llmload.core.observe.Observed`)
+    observed: Any = None
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A finished run's records (in send order, outputs counted) and its metrics."""
+
+    records: list[RequestRecord]
+    metrics: Any
+
+
+@dataclass
+class Run:
+    """One run: its configuration, target, workload and schedule, through load → plan → finish.
+
+    ``log`` says what loading does (bench prints it; ``locust -f`` logs it)."""
+
+    options: Any
+    config: RunConfig
+    target: Target
+    log: Log = _quiet
+    workload: Workload | None = None
+    schedule: Schedule | LiveSchedule | None = None
+    #: the prompts asked for (None: a trace's whole window), decided by :meth:`load`
+    num_prompts: int | None = field(default=None, init=False)
+
+    def load(self, extra: int = 0, workload: Workload | None = None) -> Workload:
+        """The tokenizer and samples (``extra`` more first: a sweep's warm-up), or ``workload`` as it is (a
+        sweep's point shares its session's). DatasetError/TokenizerError: one line."""
+        if workload is not None:
+            self.workload = workload
+            return workload
+        from llmload._compat import import_transformers
+        from llmload.datasets import load_samples
+        from llmload.options import prompt_count
+        from llmload.tokenizer import BUILTIN, load_counting_tokenizer
+
+        opts, target = self.options, self.target
+        num_prompts = self.num_prompts = prompt_count(opts, simulator=target.simulator)
+        if num_prompts and extra:
+            num_prompts += extra
+        self.log(f"Loading tokenizer {target.tokenizer_id!r} and {num_prompts or 'all'} prompts from the "
+                 f"{opts.dataset_name} dataset")
+        if target.tokenizer_id != BUILTIN:
+            import_transformers()
+        tokenizer = load_counting_tokenizer(target.tokenizer_id,
+                                            trust_remote_code=bool(getattr(opts, "trust_remote_code", False)))
+        samples = load_samples(opts.dataset_name, getattr(opts, "dataset_path", None) or None, tokenizer,
+                               num_prompts, int(getattr(opts, "seed", 0) or 0), **dataset_options(opts))
+        if num_prompts and len(samples) < num_prompts:
+            self.log(f"warning: the dataset gave {len(samples)} usable prompts, fewer than --num-prompts "
+                     f"{num_prompts}")
+        if not samples:
+            raise DatasetError("the dataset gave no usable prompts")
+        self.workload = Workload(tokenizer, target.tokenizer_id, target.model, samples)
+        return self.workload
+
+    def plan(self, samples: Sequence[Any] | None = None, classes: Sequence[tuple[str, float]] = (),
+             live: bool = False) -> Schedule | LiveSchedule:
+        """The schedule of the loaded samples (or ``samples``: a sweep point's), each request drawn a user class
+        from ``classes`` (``(name, weight)``, ``locust -f``); ``live``: the web UI's steerable schedule."""
+        assert self.workload is not None, "load() comes before plan()"
+        chosen = list(samples if samples is not None else self.workload.samples)
+        spec = self.config.spec
+        if live:
+            rate = spec.request_rate if spec.request_rate != float("inf") else 1.0
+            self.schedule = LiveSchedule(chosen, rate, spec.burstiness, spec.seed, list(classes))
+        else:
+            self.schedule = Schedule.build(spec, chosen, list(classes))
+        return self.schedule
+
+    def shares(self, count: int) -> list[list[int]]:
+        """The schedule indices each of ``count`` workers sends (worker ``k``: every ``count``-th from ``k``)."""
+        assert isinstance(self.schedule, Schedule), "plan() comes before shares()"
+        return [[e.index for e in self.schedule.share(k, count)] for k in range(count)]
+
+    @property
+    def planned(self) -> int:
+        """Requests the schedule holds (every turn of a conversation is one)."""
+        return request_count(self.schedule) if isinstance(self.schedule, Schedule) else 0
+
+    def finish(self, outcome: Outcome, class_slos: dict[str, dict[str, float]] | None = None) -> Measured:
+        """The records in send order with their pending outputs counted, and the metrics, by the run's SLOs
+        (``class_slos``: a locustfile's per-class ``goodput``), percentiles and TTFT rule."""
+        from llmload.metrics import compute_metrics
+
+        records = finish_records(outcome.records, self.workload.tokenizer if self.workload else None)
+        config = self.config
+        metrics = compute_metrics(records, max(outcome.duration, 1e-9), goodput_slos=config.goodput,
+                                  selected_percentiles=config.percentiles, selected_metrics=config.metrics,
+                                  ttft_rule=config.ttft_rule, schedule_lags_s=outcome.schedule_lags_s,
+                                  class_slos=class_slos)
+        return Measured(records, metrics)
+
+
+def send_share(requests: Sequence[Scheduled], sender: Callable[[Any], Any], sink: RecordSink, *,
+               control: StopControl, max_concurrency: int | None = None, closed_users: int | None = None,
+               think: str | None = None, start_at: float | None = None,
+               skip: Callable[[Scheduled], bool] | None = None,
+               on_dispatch: Callable[[Scheduled], None] | None = None) -> Tally:
+    """Send this process's part of a run: the open loop on the schedule's offsets, or with ``think`` (a
+    ``--think-time`` spec) ``closed_users`` closed-loop users taking the requests in turn. ``sender`` gives the
+    user that sends (given the request in the open loop, the user's number in the closed loop). The one choice
+    between them for ``llmload bench`` and its workers (``locust -f``'s closed loop is Locust's users)."""
+    import gevent
+
+    if think is not None:
+        from time import perf_counter
+
+        from llmload.core.arrivals import parse_think_time
+
+        if start_at is not None:
+            gevent.sleep(max(0.0, start_at - perf_counter()))
+        return run_closed_loop(RequestQueue(list(requests)), sender, max(1, closed_users or 1),
+                               parse_think_time(think), sink, control=control, on_dispatch=on_dispatch)
+    return run_open_loop(requests, sender, sink, max_concurrency=max_concurrency, control=control,
+                         start_at=start_at, skip=skip, on_dispatch=on_dispatch)
