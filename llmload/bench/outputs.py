@@ -12,6 +12,7 @@ from typing import Any
 
 from llmload.bench.console import log
 from llmload.bench.plan import RunPlan
+from llmload.core.observe import save_series
 from llmload.core.run import Outcome, Run
 
 #: exit code of a run that completed but missed --fail-on-error-rate or --fail-on-slo
@@ -53,7 +54,7 @@ def conclude(done: Finished) -> Concluded:
     measured = done.run.finish(outcome)
     records, metrics = measured.records, measured.metrics
     health_report = judge(done.health, metrics.itl.median_ms)
-    _print_summary(args, metrics, outcome, health_report)
+    _print_summary(done, metrics, health_report)
     data = result_data(done, metrics, records, health_report)
     paths: tuple[Path | None, Path | None] = (None, None)
     wrote = True
@@ -76,24 +77,18 @@ def _exit_code(args: argparse.Namespace, metrics: Any, outcome: Outcome, wrote: 
     return _threshold_exit(args, metrics)
 
 
-def _print_summary(args: argparse.Namespace, metrics: Any, outcome: Outcome, health_report: dict[str, Any]) -> None:
+def _print_summary(done: Finished, metrics: Any, health_report: dict[str, Any]) -> None:
     from llmload.interrupts import signal_name
-    from llmload.summary import format_summary
+    from llmload.summary import format_accounting, format_summary
 
+    args, outcome = done.plan.args, done.outcome
     print(format_summary(metrics, backend_label=args.backend, request_rate=args.request_rate,
                          burstiness=args.burstiness, max_concurrency=args.max_concurrency,
                          client_health=health_report), flush=True)
-    if outcome.interrupted_by is not None:
-        print(f"{'Interrupted by:':<40} {signal_name(outcome.interrupted_by):<10}")
-    if outcome.unsent:
-        print(f"{'Not sent (run stopped early):':<40} {outcome.unsent:<10}")
+    interrupted = signal_name(outcome.interrupted_by) if outcome.interrupted_by is not None else None
+    print(format_accounting(not_sent=outcome.unsent, planned=done.run.planned, interrupted_by=interrupted,
+                            workers=outcome.workers, lost=outcome.lost))
     _print_observed(outcome.observed)
-    if outcome.workers is not None:
-        print(f"{'Workers:':<40} {len(outcome.workers):<10}")
-        for w in outcome.workers:
-            status = "LOST" if w["lost"] else "ok"
-            print(f"{'  ' + w['worker'] + ' records (' + status + '):':<40} {w['records']:<10}")
-        print(f"{'Lost with dead workers:':<40} {outcome.lost:<10}")
     sys.stdout.flush()
 
 
@@ -102,20 +97,6 @@ def _print_observed(observed: Any) -> None:
     text = observed.summary_text() if observed is not None else ""
     if text:
         print(text)
-
-
-def _save_series(observed: Any, rec_path: Path) -> None:
-    """The scraped series next to the records, on the records' clock (``X.server_metrics.jsonl``)."""
-    if observed is None or not observed.snapshots:
-        return
-    from llmload.core.messages import clock_offset
-    from llmload.servermetrics.store import series_path_for, write_series
-
-    path = series_path_for(rec_path)
-    try:
-        write_series(path, observed.snapshots, clock_offset())
-    except OSError as exc:
-        log(f"error: cannot write the server's metrics to {path}: {exc.strerror or exc}")
 
 
 def result_data(done: Finished, metrics: Any, records: list, health_report: dict[str, Any]) -> dict[str, Any]:
@@ -157,7 +138,7 @@ def _save(done: Finished, data: dict[str, Any], records: list) -> tuple[bool, tu
         log(f"error: cannot write every record to {rec_path}: {exc.strerror or exc} (the lines written are "
              "complete records)")
         return False, (path if ok else None, None)
-    _save_series(done.outcome.observed, rec_path)
+    save_series(done.outcome.observed, rec_path, log)
     if ok:
         log(f"Saved result to {path} and {len(records)} request records to {rec_path}")
     return ok, (path if ok else None, rec_path)

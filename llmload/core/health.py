@@ -16,6 +16,7 @@ import gevent
 import numpy as np
 import psutil
 
+from llmload.metrics.definitions import LATE_SEND_MS, late_sends
 from llmload.metrics.percentiles import linear_percentiles
 
 if TYPE_CHECKING:
@@ -28,7 +29,8 @@ CPU_LIMIT_PERCENT = 90.0
 READ_LAG_SHARE_OF_ITL = 0.3
 #: used when the ITL is not known yet
 READ_LAG_LIMIT_MS = 3.0
-SCHEDULE_LAG_LIMIT_MS = 10.0
+#: the client is late when its sends are (metrics.definitions.LATE_SEND_MS: the summary's "Late sends" too)
+SCHEDULE_LAG_LIMIT_MS = LATE_SEND_MS
 #: ...but only when more sends than this share were that late (and always more than one): in a short run the
 #: p99 is its latest send, and one hiccup (a GC pause, the first send) is not a client that cannot keep up
 LATE_SEND_SHARE = 0.01
@@ -85,7 +87,7 @@ class HealthMonitor:
             "loop_lag_p99_ms": round(loop_p99, 3),
             "loop_lag_max_ms": round(float(lags.max()), 3) if lags.size else 0.0,
             "schedule_lag_p99_ms": round(linear_percentiles(sched, (99.0,))[0], 3),
-            "late_sends": int(np.count_nonzero(sched > SCHEDULE_LAG_LIMIT_MS)),
+            "late_sends": late_sends(schedule_lags_s or ()),
             "sends": len(schedule_lags_s or ()),
         }
         out["read_lag_p99_ms"] = self.reactor.read_lag_percentile(99) if self.reactor is not None else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from time import perf_counter
 from typing import Any
 from urllib.parse import urlsplit
@@ -61,6 +62,25 @@ class Observed:
         if self.saturation is not None:
             out["saturation"] = {**self.saturation.to_dict(), "stopped_run": self.stopped_on_saturation}
         return out
+
+
+def save_series(observed: Observed | None, records_path: Path, say: Callable[[str], None]) -> Path | None:
+    """The scraped series next to the records file (``X.server_metrics.jsonl``), on the records' clock, for
+    every way in (``llmload bench --save-result``, ``locust -f --llm-records``). A failure is one line; the
+    records already written stay. Returns the path written, or None."""
+    if observed is None or not observed.snapshots:
+        return None
+    from llmload.core.messages import clock_offset
+    from llmload.servermetrics.store import series_path_for, write_series
+
+    path = series_path_for(records_path)
+    try:
+        write_series(path, observed.snapshots, clock_offset())
+    except OSError as exc:
+        say(f"error: cannot write the server's metrics to {path}: {exc.strerror or exc}")
+        return None
+    say(f"wrote the server's metrics ({len(observed.snapshots)} scrapes) to {path}")
+    return path
 
 
 def same_origin(a: str, b: str) -> bool:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from llmload.errors import ConfigError
 from llmload.metrics.columns import ALIGNED, Tally, Values, joined
 from llmload.metrics.conversations import ConversationTally
-from llmload.metrics.definitions import METRICS, is_completed
+from llmload.metrics.definitions import LATE_SEND_MS, METRICS, is_completed, late_sends
 from llmload.metrics.histogram import LogHistogram
 from llmload.metrics.peaks import peak_per_second
 from llmload.metrics.result import METRIC_NAMES, TTFT_RULES, BenchmarkMetrics, Distribution
@@ -131,7 +131,7 @@ class MetricsAccumulator:
         selected_metrics: Sequence[str] = ("ttft", "tpot", "itl"),
         ttft_rule: str = "content",
         schedule_lags_s: Sequence[float] | None = None,
-        late_send_threshold_ms: float = 10.0,
+        late_send_threshold_ms: float = LATE_SEND_MS,
     ) -> BenchmarkMetrics:
         """The run's :class:`BenchmarkMetrics`, plus ``by_class`` when more than one class was seen.
 
@@ -240,7 +240,7 @@ def _metrics(groups: Sequence[_Group], tally: Tally, ask: _Ask, lags_s: Sequence
         ttft=dist["ttft"], tpot=dist["tpot"], itl=dist["itl"], e2el=dist["e2el"],
         tpot_steady=dist["tpot_steady"], queue_time=dist["queue_time"],
         schedule_lag=Distribution.of(lags, ask.percentiles),
-        late_sends=sum(1 for lag in lags if lag * 1000.0 > ask.late_ms), late_send_threshold_ms=ask.late_ms,
+        late_sends=late_sends(lags, ask.late_ms), late_send_threshold_ms=ask.late_ms,
         selected_metrics=ask.metrics, selected_percentiles=ask.percentiles, goodput_slos=None,
         ttft_rule=ask.ttft_rule, output_tokens_source=dict(tally.sources),
         prompt_tokens_mismatch=tally.prompt_mismatch, prompt_tokens_server_minus_dataset=tally.prompt_diff,

@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from llmload.metrics.accumulator import MetricsAccumulator
 from llmload.metrics.columns import Tally
-from llmload.metrics.definitions import input_tokens, is_completed, itls_s, output_tokens, ttft_s
+from llmload.metrics.definitions import (
+    LATE_SEND_MS,
+    input_tokens,
+    is_completed,
+    itls_s,
+    output_tokens,
+    ttft_s,
+)
 from llmload.metrics.result import BenchmarkMetrics
 
 if TYPE_CHECKING:
@@ -29,7 +36,7 @@ def compute_metrics(
     selected_metrics: Sequence[str] = ("ttft", "tpot", "itl"),
     ttft_rule: str = "content",
     schedule_lags_s: Sequence[float] | None = None,
-    late_send_threshold_ms: float = 10.0,
+    late_send_threshold_ms: float = LATE_SEND_MS,
 ) -> BenchmarkMetrics:
     """Every reported metric from raw records: :meth:`MetricsAccumulator.result` over them (formulas in
     :mod:`llmload.metrics.accumulator` and :mod:`llmload.metrics.definitions`).

@@ -27,7 +27,7 @@ This module must not import :mod:`llmload.client.records` at run time: ``Request
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -113,6 +113,15 @@ def schedule_lag_s(record: RequestRecord) -> float | None:
     if record.intended_send is None or record.dispatched_at is None:
         return None
     return max(0.0, record.dispatched_at - record.intended_send)
+
+
+#: a send released later than this after its intended time is a late send (the summary's count, client health)
+LATE_SEND_MS = 10.0
+
+
+def late_sends(schedule_lags_s: Iterable[float], threshold_ms: float = LATE_SEND_MS) -> int:
+    """How many schedule lags (seconds) are over ``threshold_ms``: the one count of late sends."""
+    return sum(1 for lag in schedule_lags_s if lag * 1000.0 > threshold_ms)
 
 
 def input_tokens(record: RequestRecord) -> int:

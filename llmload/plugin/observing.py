@@ -5,7 +5,6 @@ series file next to ``--llm-records`` (docs/observability.md)."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 import gevent
@@ -55,19 +54,3 @@ def finish_observer(run: Any, observer: RunObserver | None) -> Observed | None:
     if ender is not None and gevent.getcurrent() is not ender:
         ender.kill(block=False)
     return observer.finish()
-
-
-def save_series(observed: Observed | None, records_path: str) -> None:
-    """The scraped series next to ``--llm-records`` (``X.server_metrics.jsonl``), on the records' clock."""
-    if observed is None or not observed.snapshots or not records_path:
-        return
-    from llmload.core.messages import clock_offset
-    from llmload.servermetrics.store import series_path_for, write_series
-
-    path = series_path_for(Path(records_path))
-    try:
-        write_series(path, observed.snapshots, clock_offset())
-    except OSError as exc:
-        _say(f"error: cannot write the server's metrics to {path}: {exc.strerror or exc}")
-        return
-    _say(f"wrote the server's metrics ({len(observed.snapshots)} scrapes) to {path}")

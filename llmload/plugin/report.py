@@ -46,7 +46,7 @@ def print_summary(run: Any) -> None:
     with this run's accounting; then ``--llm-result`` and ``--llm-records``."""
     from llmload.core.outcome import run_span
     from llmload.core.run import Outcome
-    from llmload.summary import format_summary
+    from llmload.summary import format_accounting, format_summary
 
     if not run.records.records or run.core is None:
         return
@@ -59,13 +59,9 @@ def print_summary(run: Any) -> None:
     measured = run.core.finish(Outcome(list(raw), run_span(raw), lags or None, acc["not_sent"], lost=acc["lost"]),
                                class_slos=_class_slos(run))
     records, metrics = measured.records, measured.metrics
-    lines = [format_summary(metrics, backend_label=opts.backend)]
-    lines.append(f"{'Requests in the schedule:':<40} {acc['planned']:<10}")
-    lines.append(f"{'Not sent (run stopped early):':<40} {acc['not_sent']:<10}")
-    if run.role == "master":
-        by_worker = Counter(r.worker for r in records)
-        lines += [f"{'Records from ' + w + ':':<40} {n:<10}" for w, n in sorted(by_worker.items())]
-        lines.append(f"{'Lost with dead workers:':<40} {acc['lost']:<10}")
+    lines = [format_summary(metrics, backend_label=opts.backend),
+             format_accounting(not_sent=acc["not_sent"], planned=acc["planned"],
+                               workers=_workers(run) if run.role == "master" else None, lost=acc["lost"])]
     observed = getattr(run, "observed", None)
     if observed is not None and (text := observed.summary_text()):
         lines.append(text)
@@ -75,11 +71,11 @@ def print_summary(run: Any) -> None:
     path = getattr(opts, "llm_records", "")
     if path:
         from llmload.client.records.file import write_records
-        from llmload.plugin.observing import save_series
+        from llmload.core.observe import save_series
 
         write_records(Path(path), records)
         print(f"llmload: wrote {len(records)} request records to {path}", file=sys.stderr, flush=True)
-        save_series(observed, path)
+        save_series(observed, Path(path), lambda line: print(f"llmload: {line}", file=sys.stderr, flush=True))
 
 
 def _write_result(run: Any, metrics: Any, acc: dict[str, int], observed: Any, path: Path) -> None:

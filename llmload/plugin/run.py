@@ -373,7 +373,9 @@ def attach(environment: Any) -> LocustRun:
     if runner is None:
         return run
     try:
-        _install_shape(run)
+        from llmload.plugin.setup import install_shape
+
+        install_shape(run)
         from llmload.options import cluster_token
 
         run.register(cluster_token(run.options) if run.role != "local" else None)
@@ -387,15 +389,3 @@ def attach(environment: Any) -> LocustRun:
         sys.stderr.write(f"llmload: error: {exc}\n")
         sys.exit(exc.exit_code)
     return run
-
-
-def _install_shape(run: LocustRun) -> None:
-    """``--user-shape``: Locust's LoadTestShape, built from the option (closed loop)."""
-    spec = getattr(run.options, "user_shape", "")
-    if not spec or run.role == "worker":
-        return
-    from llmload.shapes import parse_shape, user_shape_class
-
-    shape = user_shape_class(parse_shape(spec, "--user-shape"))()
-    shape.runner = run.runner
-    run.environment.shape_class = shape

@@ -50,3 +50,15 @@ def conversation_settings(opts: Any, environment: Any) -> None:
     dialect to chat; docs/conversations.md)."""
     if any(getattr(cls, "multi_turn", False) for cls in user_classes(environment)):
         opts.multi_turn = True
+
+
+def install_shape(run: Any) -> None:
+    """``--user-shape``: Locust's LoadTestShape, built from the option (closed loop)."""
+    spec = getattr(run.options, "user_shape", "")
+    if not spec or run.role == "worker":
+        return
+    from llmload.shapes import parse_shape, user_shape_class
+
+    shape = user_shape_class(parse_shape(spec, "--user-shape"))()
+    shape.runner = run.runner
+    run.environment.shape_class = shape

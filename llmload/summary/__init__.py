@@ -1,7 +1,8 @@
 """The printed result block (:mod:`llmload.summary.block`): vLLM's layout, then llmload's lines, the conversation
-blocks (:mod:`llmload.summary.conversations`) and the per-class block, in the line formats of
-:mod:`llmload.summary.lines`."""
+blocks (:mod:`llmload.summary.conversations`) and the per-class block, and the run's accounting
+(:mod:`llmload.summary.accounting`), in the line formats of :mod:`llmload.summary.lines`."""
 
+from llmload.summary.accounting import format_accounting
 from llmload.summary.block import (
     failure_lines,
     format_class_block,
@@ -12,5 +13,5 @@ from llmload.summary.block import (
 )
 from llmload.summary.lines import EXAMPLE_CHARS, WIDTH, float_line, heading, int_line
 
-__all__ = ["EXAMPLE_CHARS", "WIDTH", "failure_lines", "float_line", "format_class_block", "format_llmload_block",
+__all__ = ["EXAMPLE_CHARS", "WIDTH", "failure_lines", "float_line", "format_accounting", "format_class_block", "format_llmload_block",
            "format_run_header", "format_summary", "format_vllm_block", "heading", "int_line"]

@@ -99,3 +99,24 @@ def test_options_from_environment(child_runner, start_sim, tmp_path: Path) -> No
     paths = {t["path"] for lines in by_client_id(trace).values() for t in lines}
     assert paths == {"/v1/chat/completions"}, paths
     assert {t["max_tokens"] for lines in by_client_id(trace).values() for t in lines} == {7}
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (("--request-rate", "5", "--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1", "--ramp-up-end-rps", "4"),
+     "--request-rate cannot be combined with --ramp-up-strategy"),
+    (("--ramp-up-strategy", "exponential"), "needs both --ramp-up-start-rps and --ramp-up-end-rps"),
+    (("--goodput", "ttft"), "goodput"),
+])
+def test_locust_checks_the_run_options_as_bench_does(child_runner, start_sim, flags: tuple[str, ...],
+                                                     message: str) -> None:
+    """The one run configuration (core/run.RunConfig) checks locust -f's options as it checks bench's: a bad
+    combination is one line and exit 2 before any request (the plugin used to build the schedule unchecked)."""
+    trace = child_runner.tmp / "checks.trace.jsonl"
+    sim = start_sim("--ttft-ms", "5", "--itl-ms", "2", "--trace-file", str(trace))
+    run = child_runner.locust("-f", LOCUSTFILE, "--headless", "--arrival", "open", "-t", "30s", "--host", sim.url,
+                              "--tokenizer", "builtin", "--num-prompts", "5", *flags)
+    assert run.returncode == 2, run.describe()
+    errors = [line for line in run.stderr.splitlines() if line.startswith("llmload: error:")]
+    assert len(errors) == 1 and message in errors[0], run.describe()
+    assert "Traceback" not in run.stderr, run.describe()
+    assert not trace.exists() or not trace.read_text().strip(), "a request reached the server"
