@@ -167,7 +167,7 @@ class _OpenLoop:
         sender = self.sender_for(request)
         record = sender.new_record(request, intended)
         record.dispatched_at = perf_counter()
-        self.tally.schedule_lags_s.append(max(0.0, record.dispatched_at - intended))
+        self._count_lag(record)
         self.tally.dispatched += 1
         if on_dispatch is not None:
             on_dispatch(request)
@@ -176,8 +176,14 @@ class _OpenLoop:
     def _later_turn(self, record: RequestRecord) -> None:
         """A conversation's next turn was released: it counts as dispatched, with its own schedule lag."""
         self.tally.dispatched += 1
-        if record.intended_send is not None and record.dispatched_at is not None:
-            self.tally.schedule_lags_s.append(max(0.0, record.dispatched_at - record.intended_send))
+        self._count_lag(record)
+
+    def _count_lag(self, record: RequestRecord) -> None:
+        """The record's schedule lag (its one definition: ``metrics.definitions.schedule_lag_s``) is the
+        client's, when it has one."""
+        lag = record.schedule_lag
+        if lag is not None:
+            self.tally.schedule_lags_s.append(lag)
 
     def finish(self) -> Tally:
         drain(self.group, self.control, self.slots.cut_waiting)

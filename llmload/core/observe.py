@@ -20,6 +20,7 @@ import gevent
 from gevent.event import Event
 
 from llmload.core.saturation import SaturationMonitor, SaturationRule, Verdict
+from llmload.options import option_value
 
 #: seconds between two samples of the backlog
 SAMPLE_S = 0.5
@@ -101,7 +102,7 @@ def server_scraper(options: Any, base_url: str, api_key: str | None, say: Callab
     named = getattr(options, "server_metrics_url", "") or ""
     url = named or metrics_url(base_url)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key and same_origin(url, base_url) else None
-    interval = float(getattr(options, "server_metrics_interval", 1.0) or 1.0)
+    interval = float(option_value(options, "server_metrics_interval"))
     answer = probe(url, timeout=min(5.0, max(1.0, 2 * interval)), headers=headers)
     if answer is not True:
         if named:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from llmload.interrupts import signal_name
+from llmload.options import option_value
 
 
 def result_data(*, options: Any, metrics: Any, model_id: str, tokenizer_id: str, base_url: str, num_prompts: int,
@@ -21,7 +22,7 @@ def result_data(*, options: Any, metrics: Any, model_id: str, tokenizer_id: str,
     """The result JSON's content. ``options``: the run's parsed options (bench's or Locust's: the same table);
     ``base_url`` as it may be shown (credentials masked); ``workers``/``lost`` only for a distributed run;
     ``detailed``: vLLM's ``--save-detailed`` lists."""
-    rate = float(getattr(options, "request_rate", math.inf))
+    rate = float(option_value(options, "request_rate"))
     data: dict[str, Any] = {
         "date": (when or datetime.now()).strftime("%Y%m%d-%H%M%S"),
         "backend": options.backend,

@@ -32,6 +32,7 @@ from llmload.core.workload import (
     schedule_spec,
 )
 from llmload.errors import DatasetError, LLMLoadError
+from llmload.options import option_value
 from llmload.urls import redact_url
 
 Log = Callable[[str], None]
@@ -202,7 +203,7 @@ class Run:
         tokenizer = load_counting_tokenizer(target.tokenizer_id,
                                             trust_remote_code=bool(getattr(opts, "trust_remote_code", False)))
         samples = load_samples(opts.dataset_name, getattr(opts, "dataset_path", None) or None, tokenizer,
-                               num_prompts, int(getattr(opts, "seed", 0) or 0), **dataset_options(opts))
+                               num_prompts, int(option_value(opts, "seed")), **dataset_options(opts))
         if num_prompts and len(samples) < num_prompts:
             self.log(f"warning: the dataset gave {len(samples)} usable prompts, fewer than --num-prompts "
                      f"{num_prompts}")

@@ -18,6 +18,7 @@ from typing import Any
 from llmload.errors import ConfigError
 from llmload.exporter.metrics import LiveExporter
 from llmload.exporter.server import Endpoint, bind
+from llmload.options import option_value
 
 Listener = Callable[[Any], None]
 
@@ -25,7 +26,7 @@ Listener = Callable[[Any], None]
 def bind_from_options(options: Any) -> Endpoint | None:
     """``--prometheus-port``'s socket, listening from now on; None when the option is off."""
     port = getattr(options, "prometheus_port", None)
-    linger = float(getattr(options, "prometheus_linger", 0.0) or 0.0)
+    linger = float(option_value(options, "prometheus_linger"))
     if port is None or port == "":
         if linger:
             raise ConfigError("--prometheus-linger needs --prometheus-port")
@@ -127,7 +128,7 @@ def locust_exporter(run: Any) -> RunExporter | None:
     run.records.listeners.append(exporter.observe)
     say = logging.getLogger(__name__).info
     say(f"Prometheus metrics at {exporter.serve(endpoint)}")
-    return RunExporter(exporter, float(getattr(run.options, "prometheus_linger", 0.0) or 0.0), say)
+    return RunExporter(exporter, float(option_value(run.options, "prometheus_linger")), say)
 
 
 def locust_in_flight(run: Any) -> float | None:

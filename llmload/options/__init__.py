@@ -19,6 +19,7 @@ from llmload.options.values import (
     api_key,
     cluster_token,
     normalize_options,
+    option_value,
     prompt_count,
 )
 
@@ -44,6 +45,7 @@ __all__ = [
     "cluster_token",
     "normalize_options",
     "option",
+    "option_value",
     "options_for",
     "prompt_count",
 ]

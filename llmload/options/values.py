@@ -10,12 +10,20 @@ from typing import Any
 
 from llmload.errors import ConfigError
 from llmload.options.spec import Scope
-from llmload.options.table import DEFAULT_PROMPTS, SIM_DEFAULT_PROMPTS, options_for
+from llmload.options.table import DEFAULT_PROMPTS, SIM_DEFAULT_PROMPTS, option, options_for
 
 #: environment variables holding the API key, in the order they are looked at
 API_KEY_ENV = ("LLMLOAD_API_KEY", "OPENAI_API_KEY")
 #: the environment variable holding the cluster token (docs/distributed.md, "Authentication")
 CLUSTER_TOKEN_ENV = "LLMLOAD_CLUSTER_TOKEN"
+
+
+def option_value(opts: Any, dest: str) -> Any:
+    """``opts``' value of the option ``dest``, or its default from the one table when it is unset or empty
+    (Locust's web form gives "" back; a namespace built by hand may lack it). Every default lives in
+    :mod:`llmload.options.table`: code that reads an option with a fallback reads it through here."""
+    value = getattr(opts, dest, None)
+    return option(dest).default if value is None or value == "" else value
 
 
 def api_key(opts: Any) -> str | None:
@@ -89,21 +97,21 @@ def normalize_options(opts: Any) -> None:
     validated (a request rate of -1 passes). Here an empty field goes back to the default and every other value
     goes through the option's type and choices; a bad one is a :class:`~llmload.errors.ConfigError`. Call it at
     test start, before the options are used."""
-    for option in options_for(Scope.LOCUST):
-        value = getattr(opts, option.dest, None)
-        if option.action is not None or option.nargs is not None or value is None:
+    for spec in options_for(Scope.LOCUST):
+        value = getattr(opts, spec.dest, None)
+        if spec.action is not None or spec.nargs is not None or value is None:
             continue
         if isinstance(value, (bool, list, tuple)):  # flags and list-valued options: typed by Locust already
             continue
         text = str(value)
         if text == "":
-            value = option.default
+            value = spec.default
             text = value if isinstance(value, str) else ""
-        if text and option.type is not None:
+        if text and spec.type is not None:
             try:
-                value = option.type(text)
+                value = spec.type(text)
             except argparse.ArgumentTypeError as exc:
-                raise ConfigError(f"{option.flag}: {exc}") from None
-        if option.choices is not None and value is not None and value not in option.choices:
-            raise ConfigError(f"{option.flag}: expected one of {', '.join(option.choices)}, got {value!r}")
-        setattr(opts, option.dest, value)
+                raise ConfigError(f"{spec.flag}: {exc}") from None
+        if spec.choices is not None and value is not None and value not in spec.choices:
+            raise ConfigError(f"{spec.flag}: expected one of {', '.join(spec.choices)}, got {value!r}")
+        setattr(opts, spec.dest, value)

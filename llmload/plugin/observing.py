@@ -12,6 +12,7 @@ from gevent.event import Event
 
 from llmload.core.observe import Observed, RunObserver, server_scraper
 from llmload.core.saturation import SaturationRule
+from llmload.options import option_value
 
 
 def _say(message: str) -> None:
@@ -26,7 +27,7 @@ def start_observer(run: Any) -> RunObserver:
     opts = run.options
     host = (run.environment.host or "").rstrip("/")
     scraper = server_scraper(opts, host, api_key(opts), _say)
-    rule = SaturationRule(window_s=float(getattr(opts, "saturation_window", 5.0) or 5.0)) if run.open_loop else None
+    rule = SaturationRule(window_s=float(option_value(opts, "saturation_window"))) if run.open_loop else None
     stop = Event()
     observer = RunObserver(scraper, rule, lambda: int(locust_in_flight(run) or 0), stop,
                            bool(getattr(opts, "stop_on_saturation", False)), _say)

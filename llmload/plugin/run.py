@@ -40,6 +40,7 @@ from llmload.core.schedule import LiveSchedule, Schedule, Scheduled, request_ids
 from llmload.core.sink import BatchShipper, RecordList
 from llmload.core.state import RunState
 from llmload.errors import LLMLoadError
+from llmload.options import option_value
 from llmload.plugin.cluster import ClusterRole
 from llmload.plugin.observing import finish_observer, start_observer
 
@@ -122,7 +123,7 @@ class LocustRun(ClusterRole, RunState):
     def open_loop(self) -> bool:
         if self.role == "worker" and self.plan is not None:
             return self.plan.open_loop  # the master's options decide, as they were at its start
-        return getattr(self.options, "arrival", "closed") == "open"
+        return option_value(self.options, "arrival") == "open"
 
     @property
     def sink(self) -> Any:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from llmload.metrics.definitions import itl_array
 from llmload.report.server import ServerSeries, number, saturation
 from llmload.report.stats import RunStats
 
@@ -94,10 +95,11 @@ def _client_throughput(ax, s: RunStats, edges: np.ndarray) -> None:
 def _client_latency(ax, s: RunStats, edges: np.ndarray) -> None:
     from llmload.report.plotting import colour
 
-    firsts = [(r.first_token - s.t0, r.first_token - r.start) for r in s.done if r.first_token is not None]
+    # TTFT and ITL by their one definition (metrics.definitions), placed at the first token and each chunk
+    firsts = [(r.first_token - s.t0, r.ttft) for r in s.done if r.first_token is not None and r.ttft is not None]
     ft = np.asarray(firsts, dtype=float).reshape(-1, 2)
     ends = np.asarray([t - s.t0 for r in s.done for t in r.chunk_times[1:]], dtype=float)
-    gaps = np.concatenate([np.diff(np.asarray(r.chunk_times, dtype=float)) for r in s.done] or [np.zeros(0)])
+    gaps = np.concatenate([itl_array(r) for r in s.done] or [np.zeros(0)])
     mids = edges[:-1] + BIN_S / 2
     ax.plot(mids, binned_median(ft[:, 0], ft[:, 1], edges) * 1000.0, "o-", color=colour(0), markersize=3,
             linewidth=1.2, label="TTFT median (by first token)")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from llmload.metrics.definitions import itl_array
 from llmload.report.findings import Finding
 from llmload.report.server import number, saturation
 from llmload.report.stats import RunStats
@@ -46,7 +47,7 @@ def _stall_windows(s: RunStats, threshold: float) -> tuple[np.ndarray, np.ndarra
     starts, ends, controls = [], [], []
     for r in s.done:
         times = r.chunk_times
-        if len(times) < 3 or times[1] - times[0] <= threshold:
+        if len(times) < 3 or itl_array(r)[0] <= threshold:  # the first ITL, by its one definition
             continue
         starts.append(times[0] - s.t0)
         ends.append(times[1] - s.t0)

@@ -12,6 +12,7 @@ import logging
 from time import perf_counter
 from typing import Any
 
+from llmload.options import option_value
 from llmload.webui.live import LATENCIES, LiveStats
 from llmload.webui.server_series import server_payload
 
@@ -55,8 +56,8 @@ class LLMTab:
             "workers": getattr(runner, "worker_count", 0) if self.distributed else 0,
             "users": int(getattr(runner, "user_count", 0) or 0),
             "target_users": int(getattr(runner, "target_user_count", 0) or 0),
-            "arrival": getattr(opts, "arrival", "closed"),
-            "request_rate": float(getattr(opts, "request_rate", 0.0) or 0.0),
+            "arrival": option_value(opts, "arrival"),
+            "request_rate": float(option_value(opts, "request_rate")),
             "in_flight": self.in_flight(),
             "backend": getattr(opts, "backend", ""),
             "host": self.environment.host or "",
@@ -142,11 +143,11 @@ class LLMTab:
         slos = self.stats.slos_ms if slos_ms is None else slos_ms
         metrics = compute_metrics(records, duration, goodput_slos=slos or None,
                                   selected_percentiles=(50.0, 90.0, 99.0), selected_metrics=METRIC_NAMES,
-                                  ttft_rule=getattr(opts, "ttft_rule", "content"),
+                                  ttft_rule=option_value(opts, "ttft_rule"),
                                   schedule_lags_s=lags if lags else None)
         result = metrics.to_result_dict()
         result.update({"backend": getattr(opts, "backend", ""), "base_url": self.environment.host or "",
-                       "arrival": getattr(opts, "arrival", "closed"), "source": "llmload web UI"})
+                       "arrival": option_value(opts, "arrival"), "source": "llmload web UI"})
         return result
 
 
