@@ -18,6 +18,8 @@ from llmload.urls import basic_auth, redact_url, strip_credentials
 
 #: the key of a ``/v1/models`` entry through which ``llmload sim`` names its tokenizer
 TOKENIZER_KEY = "llmload_tokenizer"
+#: ... and its timing profile (``--profile``), which a sweep names its results by
+PROFILE_KEY = "llmload_profile"
 
 
 @dataclass(frozen=True)
@@ -27,6 +29,8 @@ class ServerInfo:
 
     models: list[str] = field(default_factory=list)
     tokenizer: str | None = None
+    #: ``llmload sim``'s timing profile, else None
+    profile: str | None = None
 
     @property
     def is_simulator(self) -> bool:
@@ -44,7 +48,8 @@ def describe_server(base_url: str, api_key: str | None, timeout: float = 10.0) -
     entries = [m for m in listed if isinstance(m, dict)] if isinstance(listed, list) else []
     tokenizer = next((m[TOKENIZER_KEY] for m in entries if isinstance(m.get(TOKENIZER_KEY), str)
                       and m[TOKENIZER_KEY]), None)
-    return ServerInfo(models=[m.get("id", "") for m in entries], tokenizer=tokenizer)
+    profile = next((m[PROFILE_KEY] for m in entries if isinstance(m.get(PROFILE_KEY), str) and m[PROFILE_KEY]), None)
+    return ServerInfo(models=[m.get("id", "") for m in entries], tokenizer=tokenizer, profile=profile)
 
 
 def _get_models(base_url: str, api_key: str | None, timeout: float) -> dict[str, Any]:
@@ -73,21 +78,32 @@ def _get_models(base_url: str, api_key: str | None, timeout: float) -> dict[str,
     return data
 
 
-def resolve_target(options: Any, base_url: str, api_key: str | None) -> tuple[str, str | None, bool]:
-    """The model (``--model``, else the server's first), the tokenizer the server names (``llmload sim`` says
-    which it uses) and whether it is the simulator, for either way in (the same option names). Asks
-    ``/v1/models`` only when the model or the tokenizer is not given; :class:`EndpointError` when no model can
+@dataclass(frozen=True)
+class Resolved:
+    """What a run needs to know of its server: the model to name, the tokenizer the server names (``llmload
+    sim`` only), whether it is the simulator, and the simulator's profile."""
+
+    model: str
+    tokenizer: str | None = None
+    simulator: bool = False
+    profile: str | None = None
+
+
+def resolve_target(options: Any, base_url: str, api_key: str | None, *, ask: bool = False) -> Resolved:
+    """The model (``--model``, else the server's first) and what the server says of itself, for either way in
+    (the same option names). Asks ``/v1/models`` only when the model or the tokenizer is not given (or ``ask``:
+    the simulator started for this run, whose profile a sweep names); :class:`EndpointError` when no model can
     be found."""
     model = getattr(options, "model", "") or ""
-    if model and getattr(options, "tokenizer", ""):
-        return model, None, False
+    if model and getattr(options, "tokenizer", "") and not ask:
+        return Resolved(model)
     timeout = min(float(getattr(options, "read_timeout", 0) or 30.0), 30.0)
     try:
         info = describe_server(base_url, api_key, timeout=timeout)
     except EndpointError:
         if not model:
             raise
-        return model, None, False  # a server without /v1/models: the model's own tokenizer
+        return Resolved(model)  # a server without /v1/models: the model's own tokenizer
     if not model and not info.models:
         raise EndpointError(f"{redact_url(base_url)}/v1/models lists no model; pass --model")
-    return model or info.models[0], info.tokenizer, info.is_simulator
+    return Resolved(model or info.models[0], info.tokenizer, info.is_simulator, info.profile)

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from llmload import argtypes
 from llmload.errors import ConfigError
+from llmload.options import add_table_arguments
 
 #: used when no ``-f`` is given and the repository's locustfile is not at hand (an installed llmload)
 _LOCUSTFILE = '''"""Replay ShareGPT prompts as streaming completions (written by 'llmload ui')."""
@@ -43,11 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="load-generating worker processes (locust --processes); 0: one process")
     parser.add_argument("--master-port", type=argtypes.port_or_zero, default=0,
                         help="with --processes: master port (default: a free one, not Locust's shared 5557)")
-    parser.add_argument("--model", default="", help="model name (default: the server's first)")
-    parser.add_argument("--tokenizer", default="",
-                        help="tokenizer name or dir (default: 'builtin' for the simulator, else the model's)")
-    parser.add_argument("--sim-args", default="",
-                        help="extra flags for the simulator, e.g. \"--profile l40-qwen3-8b-stall\"")
+    add_table_arguments(parser, ("model", "tokenizer", "sim_args"))  # declared once, in the option table
     parser.add_argument("locust_args", nargs=argparse.REMAINDER,
                         help="after '--': more locust/llmload options, passed through")
 

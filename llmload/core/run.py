@@ -103,6 +103,8 @@ class Target:
     simulator: bool = False
     #: the simulator was started for this run
     built_in_sim: bool = False
+    #: the simulator's timing profile (``llmload sim --profile``), as it says at ``/v1/models``
+    sim_profile: str | None = None
 
     @property
     def shown(self) -> str:
@@ -116,18 +118,19 @@ class Target:
         The tokenizer: ``--tokenizer``, else ``builtin`` for the simulator started here, else the server's
         hint, else the model. ``lenient`` (``locust -f``): a server that cannot answer leaves the model as
         given, and its first request says what is wrong."""
-        from llmload.target import resolve_target
+        from llmload.target import Resolved, resolve_target
 
         given = getattr(options, "model", "") or ""
         try:
-            model, hint, simulator = resolve_target(options, base_url, api_key) if base_url else (given, None, False)
+            found = resolve_target(options, base_url, api_key, ask=built_in_sim) if base_url else Resolved(given)
         except LLMLoadError:
             if not lenient:
                 raise
-            model, hint, simulator = given, None, False
-        tokenizer_id = (getattr(options, "tokenizer", "") or ("builtin" if built_in_sim else "") or hint or model
-                        or "builtin")
-        return cls(base_url, model, tokenizer_id, simulator or built_in_sim, built_in_sim)
+            found = Resolved(given)
+        tokenizer_id = (getattr(options, "tokenizer", "") or ("builtin" if built_in_sim else "") or found.tokenizer
+                        or found.model or "builtin")
+        return cls(base_url, found.model, tokenizer_id, found.simulator or built_in_sim, built_in_sim,
+                   found.profile)
 
 
 @dataclass(frozen=True)

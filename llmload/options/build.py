@@ -4,8 +4,10 @@ Locust's configargparse parser (environment variables, web UI form fields, secre
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from typing import Any
 
+from llmload.options import table
 from llmload.options.spec import GROUPS, Scope
 from llmload.options.table import options_for
 
@@ -21,6 +23,14 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         group = parser.add_argument_group(title)
         for option in members:
             group.add_argument(*option.flags, **option.argparse_kwargs(Scope.BENCH))
+
+
+def add_table_arguments(parser: argparse.ArgumentParser, dests: Sequence[str]) -> None:
+    """These options of the table as ``llmload bench`` declares them, on another command's parser (``llmload
+    ui`` passes them on to locust): one name, type, default and help for each."""
+    for dest in dests:
+        spec = table.option(dest)
+        parser.add_argument(*spec.flags, **spec.argparse_kwargs(Scope.BENCH))
 
 
 class _FormOnly(argparse.Action):

@@ -75,7 +75,7 @@ def sweep_data(sweep: SweepPlan, run: Any, rows: list[dict[str, Any]], answer: A
     from llmload.sweep.table import SWEEP_KIND, SWEEP_VERSION
 
     args, target = sweep.run.args, run.target
-    profile = _sim_profile(args) if target.built_in_sim else None
+    profile = target.sim_profile  # what llmload sim says of itself (built in, or found at --base-url)
     ceiling = next((r["achieved_rate"] for r in rows if r["role"] == "ceiling"), None)
     return {
         "kind": SWEEP_KIND, "version": SWEEP_VERSION, "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
@@ -114,20 +114,6 @@ def answer_dict(answer: Answer | None, rows: list[dict[str, Any]], sweep: SweepP
 
 def _pct(row: dict[str, Any]) -> str:
     return "n/a" if row.get("goodput") is None else f"{row['goodput']:.1%}"
-
-
-def _sim_profile(args: argparse.Namespace) -> str:
-    import shlex
-
-    from llmload.sim.config import DEFAULT_PROFILE
-
-    words = shlex.split(args.sim_args or "")
-    for k, word in enumerate(words):
-        if word == "--profile" and k + 1 < len(words):
-            return words[k + 1]
-        if word.startswith("--profile="):
-            return word.split("=", 1)[1]
-    return DEFAULT_PROFILE
 
 
 def _write_json(sweep: SweepPlan, data: dict[str, Any]) -> bool:

@@ -146,6 +146,8 @@ def two_processes(child_runner_module: ChildRunner, tmp_path_factory: pytest.Tem
 def test_two_processes_give_the_same_points_and_counts(two_processes) -> None:
     one, two = (read_sweep(p) for p in two_processes)
     assert _counts(one) == _counts(two) == [(10.0, 16, 0), (20.0, 16, 0)]
+    # the profile is the one the simulator says it runs (its /v1/models card), not re-read from --sim-args
+    assert one["simulated"] and one["sim_profile"] == two["sim_profile"] == "h100-llama-8b", one["sim_profile"]
     for row in two["points"]:
         result = strict_json((two_processes[1] / row["result_file"]).read_text(), row["result_file"])
         assert len(result["workers"]) == 2 and sum(w["records"] for w in result["workers"]) == 16

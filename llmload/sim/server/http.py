@@ -139,4 +139,4 @@ class HttpFront:
         # --tokenizer's value, else builtin, the one llmload bench uses against its own simulator
         return {"id": self.config.model, "object": "model", "created": 0, "owned_by": "llmload",
                 "max_model_len": self.config.max_model_len,
-                "llmload_tokenizer": self.config.tokenizer or BUILTIN}
+                "llmload_tokenizer": self.config.tokenizer or BUILTIN, "llmload_profile": self.config.profile.name}
