@@ -225,6 +225,8 @@ def execute(plan: RunPlan, run: Run, user: Any, env: Any, interrupts: Any, stack
     # with --request-rate inf every request is due at once: how long spawning them took is not client lag
     report = health.report(outcome.schedule_lags_s if plan.config.spec.open_loop_lag_counts else None)
     if master is not None:
-        report = master.bench.merged_health(master.result_workers, report)
+        from llmload.core.health import merge_health
+
+        report = merge_health({w.name: w.health for w in master.result_workers}, report)
     outcome.interrupted_by = interrupts.signum
     return outcome, report

@@ -78,7 +78,6 @@ class HealthMonitor:
             self.cpu_percent.append(self._process.cpu_percent(None))
         lags = np.asarray(self.loop_lags_s) * 1000.0
         cpu = np.asarray(self.cpu_percent)
-        sched = np.asarray(schedule_lags_s or [0.0]) * 1000.0
         loop_p50, loop_p99 = linear_percentiles(lags, (50.0, 99.0))  # the one percentile rule (metrics)
         out: dict[str, Any] = {
             "cpu_percent_mean": round(float(cpu.mean()), 1) if cpu.size else 0.0,
@@ -86,12 +85,33 @@ class HealthMonitor:
             "loop_lag_p50_ms": round(loop_p50, 3),
             "loop_lag_p99_ms": round(loop_p99, 3),
             "loop_lag_max_ms": round(float(lags.max()), 3) if lags.size else 0.0,
-            "schedule_lag_p99_ms": round(linear_percentiles(sched, (99.0,))[0], 3),
-            "late_sends": late_sends(schedule_lags_s or ()),
-            "sends": len(schedule_lags_s or ()),
+            **schedule_health(list(schedule_lags_s or ())),
         }
         out["read_lag_p99_ms"] = self.reactor.read_lag_percentile(99) if self.reactor is not None else None
         return judge(out)
+
+
+def merge_health(workers: dict[str, dict[str, Any] | None], master: dict[str, Any]) -> dict[str, Any]:
+    """A distributed run's client health: the busiest worker's CPU, loop and read lags (the verdict is made from
+    these by :func:`judge`) over ``master``'s report, whose schedule lag stays (the master's leaves out requests
+    re-assigned from dead workers, late on purpose); each worker's own report under ``per_worker``."""
+    reports = {name: h for name, h in workers.items() if h}
+    if not reports:
+        return master
+    merged = dict(master)
+    for key in ("cpu_percent_mean", "cpu_percent_max", "loop_lag_p99_ms", "read_lag_p99_ms"):
+        values = [h[key] for h in reports.values() if h.get(key) is not None]
+        if values:
+            merged[key] = max(values)  # the busiest worker decides
+    merged["per_worker"] = reports
+    return merged
+
+
+def schedule_health(schedule_lags_s: list[float]) -> dict[str, Any]:
+    """The schedule-lag part of a health report, from the lags a master collected from its records."""
+    sched = np.asarray(schedule_lags_s or [0.0]) * 1000.0
+    return {"schedule_lag_p99_ms": round(linear_percentiles(sched, (99.0,))[0], 3),
+            "late_sends": late_sends(schedule_lags_s), "sends": len(schedule_lags_s)}
 
 
 def judge(health: dict[str, Any], median_itl_ms: float | None = None) -> dict[str, Any]:

@@ -319,21 +319,6 @@ class BenchMaster:
             else:
                 newcomer.done = True
 
-    @staticmethod
-    def merged_health(workers: Sequence[WorkerState], master: dict[str, Any]) -> dict[str, Any]:
-        """The busiest worker's CPU and lags (the verdict is made from these by ``health.judge``)."""
-        reports = [w.health for w in workers if w.health]
-        if not reports:
-            return master
-        merged = dict(master)
-        # schedule lag stays the master's: it leaves out requests re-assigned from dead workers (late on purpose)
-        for key in ("cpu_percent_mean", "cpu_percent_max", "loop_lag_p99_ms", "read_lag_p99_ms"):
-            values = [h[key] for h in reports if h.get(key) is not None]
-            if values:
-                merged[key] = max(values)  # the busiest worker decides
-        merged["per_worker"] = {w.name: w.health for w in workers if w.health}
-        return merged
-
     def _send_job(self, state: WorkerState, indices: Sequence[int], job: _Job, max_concurrency: int | None,
                   first: bool = False) -> None:
         closed = None

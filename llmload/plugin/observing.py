@@ -1,6 +1,6 @@
-"""``locust -f``'s :class:`~llmload.core.observe.RunObserver` (master or local runner): the server's metrics
-scraped during each test, the saturation test in open loop, ``--stop-on-saturation`` ending the test, and the
-series file next to ``--llm-records`` (docs/observability.md)."""
+"""What ``locust -f`` watches during each test: the :class:`~llmload.core.observe.RunObserver` (master or local
+runner: the server's metrics, the saturation test in open loop, ``--stop-on-saturation`` ending the test;
+docs/observability.md) and each load process's client health (:class:`~llmload.core.health.HealthMonitor`)."""
 
 from __future__ import annotations
 
@@ -55,3 +55,33 @@ def finish_observer(run: Any, observer: RunObserver | None) -> Observed | None:
     if ender is not None and gevent.getcurrent() is not ender:
         ender.kill(block=False)
     return observer.finish()
+
+
+def say(line: str) -> None:
+    """What setting the run up says (loading the workload), in Locust's log."""
+    import logging
+
+    logging.getLogger("llmload").info(line)
+
+
+def watch_health(run: Any) -> None:
+    """Sample this process's loop lag, CPU and read lag while the test runs (core/health.HealthMonitor)."""
+    from llmload.core.health import HealthMonitor
+
+    if run.health is not None:
+        run.health.stop()
+    run.health = HealthMonitor(reactor=run.reactor)
+    run.health.start()
+    run.health_report = None
+
+
+def health_report(run: Any) -> dict[str, Any] | None:
+    """This process's client health for the test that ended: its own schedule lags count in an open loop whose
+    requests are not all due at once (re-assigned requests, sent late on purpose, do not)."""
+    if run.health is None:
+        return None
+    run.health.stop()
+    counts = run.core.config.spec.open_loop_lag_counts if run.core is not None else True
+    report = run.health.report(run.tally.schedule_lags_s if run.open_loop and counts else None)
+    run.health = None
+    return report

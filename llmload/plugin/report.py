@@ -32,6 +32,22 @@ def run_accounting(run: Any) -> dict[str, int]:
             "lost": max(0, dispatched - records)}
 
 
+def client_health(run: Any, lags: list[float], median_itl_ms: float | None) -> dict[str, Any] | None:
+    """The run's client health, judged as bench judges it (core/health): a local runner's own report; on a
+    master the busiest worker's CPU, loop and read lags (their ``llm_done``) with the schedule lag of the records
+    that arrived (re-assigned requests left out). None when no process watched it (a web UI test's workers
+    that never reported)."""
+    from llmload.core.health import judge, merge_health, schedule_health
+
+    if run.role != "master":
+        report = run.health_report
+    else:
+        workers = {f"worker{run.runner.get_worker_index(cid)}": done.health for cid, done in run.reports.items()}
+        counts = run.core.config.spec.open_loop_lag_counts and run.open_loop
+        report = merge_health(workers, schedule_health(lags if counts else [])) if any(workers.values()) else None
+    return judge(dict(report), median_itl_ms) if report else None
+
+
 def _class_slos(run: Any) -> dict[str, dict[str, float]] | None:
     """SLOs a locustfile set on its user classes (``goodput = {"ttft": 500}``): they replace ``--goodput`` for
     that class's requests."""
@@ -59,7 +75,8 @@ def print_summary(run: Any) -> None:
     measured = run.core.finish(Outcome(list(raw), run_span(raw), lags or None, acc["not_sent"], lost=acc["lost"]),
                                class_slos=_class_slos(run))
     records, metrics = measured.records, measured.metrics
-    lines = [format_summary(metrics, backend_label=opts.backend),
+    health = client_health(run, lags, metrics.itl.median_ms)
+    lines = [format_summary(metrics, backend_label=opts.backend, client_health=health),
              format_accounting(not_sent=acc["not_sent"], planned=acc["planned"],
                                workers=_workers(run) if run.role == "master" else None, lost=acc["lost"])]
     observed = getattr(run, "observed", None)
@@ -67,7 +84,7 @@ def print_summary(run: Any) -> None:
         lines.append(text)
     print("\n".join(lines), file=sys.stderr, flush=True)
     if getattr(opts, "llm_result", ""):
-        _write_result(run, metrics, acc, observed, Path(opts.llm_result))
+        _write_result(run, metrics, acc, observed, health, Path(opts.llm_result))
     path = getattr(opts, "llm_records", "")
     if path:
         from llmload.client.records.file import write_records
@@ -78,7 +95,8 @@ def print_summary(run: Any) -> None:
         save_series(observed, Path(path), lambda line: print(f"llmload: {line}", file=sys.stderr, flush=True))
 
 
-def _write_result(run: Any, metrics: Any, acc: dict[str, int], observed: Any, path: Path) -> None:
+def _write_result(run: Any, metrics: Any, acc: dict[str, int], observed: Any, health: dict[str, Any] | None,
+                  path: Path) -> None:
     """``--llm-result``: the result JSON llmload bench writes for the same run (:mod:`llmload.core.result`)."""
     from llmload.core.result import result_data, write_json
     from llmload.urls import redact_url
@@ -87,7 +105,7 @@ def _write_result(run: Any, metrics: Any, acc: dict[str, int], observed: Any, pa
     workload = run.workload
     data = result_data(options=run.options, metrics=metrics, model_id=workload.model if workload else "",
                        tokenizer_id=workload.tokenizer_id if workload else "",
-                       base_url=redact_url(run.environment.host or ""), num_prompts=_prompts(run, acc), health=None,
+                       base_url=redact_url(run.environment.host or ""), num_prompts=_prompts(run, acc), health=health,
                        not_sent=acc["not_sent"], observed=observed, workers=workers, lost=acc["lost"])
     try:
         write_json(path, data)

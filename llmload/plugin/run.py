@@ -42,17 +42,12 @@ from llmload.core.state import RunState
 from llmload.errors import LLMLoadError
 from llmload.options import option_value
 from llmload.plugin.cluster import ClusterRole
-from llmload.plugin.observing import finish_observer, start_observer
+from llmload.plugin.observing import finish_observer, health_report, say, start_observer, watch_health
 
 #: a rate change applies this far in the schedule's future, so every worker hears of it first
 STEER_LEAD_S = 0.5
 
 
-def _say(line: str) -> None:
-    """What loading the run says, in Locust's log."""
-    import logging
-
-    logging.getLogger("llmload").info(line)
 
 
 class LocustRun(ClusterRole, RunState):
@@ -112,6 +107,9 @@ class LocustRun(ClusterRole, RunState):
         #: the server's metrics and the saturation test during a test, and what they saw in the last one
         self.observer: Any = None
         self.observed: Any = None
+        #: local runner and workers: this process's client health during a test, and its last report
+        self.health: Any = None
+        self.health_report: dict[str, Any] | None = None
 
     # -- what the run sends --------------------------------------------------------------------------------
 
@@ -144,11 +142,11 @@ class LocustRun(ClusterRole, RunState):
         key = tuple(sorted((k, str(v)) for k, v in vars(opts).items()))
         if key != self._workload_key or self.core is None:
             target = Target.resolve(opts, host, api_key(opts), lenient=True)
-            self.core = Run(opts, config, target, _say)
+            self.core = Run(opts, config, target, say)
             self.core.load()
             self._workload_key = key
         else:  # the same options: the same workload, a fresh schedule (a live one keeps no position)
-            self.core = Run(opts, config, self.core.target, _say, workload=self.core.workload)
+            self.core = Run(opts, config, self.core.target, say, workload=self.core.workload)
         self.workload = self.core.workload
         self.schedule = self.core.plan(classes=class_weights(self.environment), live=not self.headless)
         configure_classes(self.environment, opts, self.core.target.model, config)
@@ -188,6 +186,7 @@ class LocustRun(ClusterRole, RunState):
             elif self.role == "local":
                 self.records.clear()
                 self.prepare()
+                watch_health(self)
                 self._begin(self._local_plan())
                 self.observer = start_observer(self)
             else:
@@ -198,6 +197,7 @@ class LocustRun(ClusterRole, RunState):
                 plan = self.plan or self._local_plan()
                 configure_classes(self.environment, self.options, plan.model,
                                   RunConfig.from_options(self.options, live=not plan.headless))
+                watch_health(self)
                 self._begin(plan)
         except LLMLoadError as exc:
             sys.stderr.write(f"llmload: error: {exc}\n")
@@ -218,10 +218,12 @@ class LocustRun(ClusterRole, RunState):
         if self.dispatcher is not None:
             self.dispatcher.join()
         gevent.joinall(list(self._more))
+        self.health_report = health_report(self)
         if self.role == "worker" and self.shipper is not None:
             self.shipper.flush()
             acc = self.accounting()
-            done = Done(records=self.shipper.shipped, planned=acc["planned"], dispatched=acc["dispatched"])
+            done = Done(records=self.shipper.shipped, planned=acc["planned"], dispatched=acc["dispatched"],
+                        health=self.health_report)
             self.runner.send_message(protocol.DONE, done.data())
 
     def on_quitting(self) -> None:

@@ -69,6 +69,14 @@ def check_results(results: dict[str, dict]) -> None:
         workers = results[mode]["workers"]
         assert len(workers) == 2 and sum(w["records"] for w in workers) == PROMPTS, (mode, workers)
         assert results[mode]["lost_with_workers"] == 0
+    # every way in watches and judges the client the same way (core/health): a verdict, and what it rests on;
+    # distributed, each worker's own report too
+    for mode, result in results.items():
+        health = result["client_health"]
+        assert isinstance(health, dict) and isinstance(health["bottleneck"], bool), (mode, health)
+        assert health["cpu_percent_mean"] >= 0 and "schedule_lag_p99_ms" in health, (mode, health)
+        if "processes2" in mode:
+            assert sorted(health["per_worker"]) == ["worker0", "worker1"], (mode, health)
 
 
 def itls(records: list[dict]) -> list[float]:
