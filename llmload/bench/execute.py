@@ -43,6 +43,9 @@ class DistributedSetup:
         self.procs: list[Any] = []
         self.worker_logs: list[Any] = []
         self.result_workers: list[Any] = []
+        #: the workers the runs go to, once :meth:`wait_for_workers` saw them connect
+        self.clients: list[str] = []
+        self.expected = 0
 
     def __enter__(self) -> DistributedSetup:
         try:
@@ -93,13 +96,21 @@ class DistributedSetup:
         else:
             log(f"Master listening on {bind_host}:{bind_port}; waiting for {expected} workers "
                  f"(llmload bench --worker --master-host THIS_HOST --master-port {bind_port})")
+        self.expected = expected
+        return self
+
+    def wait_for_workers(self) -> None:
+        """Wait until the workers are connected (and authenticated): they start while the run is set up
+        (simulator, workload, initial test), not after it. LLMLoadError (one line) when they do not come."""
+        if self.clients:
+            return
+        args, expected = self.args, self.expected
         self.clients = self.bench.wait_for_workers(expected, args.expect_workers_max_wait, log,
                                                    check=self._local_workers_alive)
         if not self.clients:
             said = "; ".join(f"pid {proc.pid}: {line}" for proc, line in self._last_lines() if line)
             raise LLMLoadError(f"fewer than {expected} workers connected within {args.expect_workers_max_wait:g} s"
                                + (f" (local workers said: {said})" if said else ""))
-        return self
 
     def _local_workers_alive(self) -> None:
         """LLMLoadError when a local worker process ended before the run: no use waiting for it."""
@@ -172,8 +183,8 @@ def quiet_gc() -> Iterator[None]:
 
 
 def open_master(plan: RunPlan, env: Any, interrupts: Any, stack: ExitStack) -> DistributedSetup | None:
-    """A distributed run's master with its workers connected (stopped when ``stack`` closes); None when the
-    run is local."""
+    """A distributed run's master, bound, with its local workers (``--processes``) starting (all stopped when
+    ``stack`` closes); :meth:`DistributedSetup.wait_for_workers` waits for them. None when the run is local."""
     interrupts.raise_if_interrupted()
     master = stack.enter_context(DistributedSetup(plan.args, env, plan.cluster_token)) if plan.distributed else None
     interrupts.raise_if_interrupted()

@@ -9,6 +9,7 @@ import os
 import sys
 from collections.abc import Callable
 from contextlib import ExitStack
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from llmload.bench.console import log
@@ -22,6 +23,7 @@ from llmload.bench.setup import (
     run_config,
     start_target,
 )
+from llmload.core.run import Run
 from llmload.errors import EndpointError, LLMLoadError
 from llmload.options import CLUSTER_TOKEN_ENV, cluster_token
 
@@ -115,19 +117,45 @@ def abandon(code: int) -> NoReturn:
 def _bench(plan: RunPlan, interrupts: Any) -> int:
     """The steps of a run; everything started here (simulator, workers) is stopped when the block ends."""
     with ExitStack() as stack:
-        target = start_target(plan, stack)
-        interrupts.raise_if_interrupted()  # a signal held while the simulator's process forked
-        run = new_run(plan, target)
-        run.load()
-        run.plan()
-        env = environment(make_user_class(run_config(plan, target)))
-        user = env.user_classes[0](env)
-        probe(plan, user, run)
-        from llmload.bench.execute import execute, open_master
+        from llmload.bench.execute import execute
 
-        master = open_master(plan, env, interrupts, stack)
-        outcome, health = execute(plan, run, user, env, interrupts, stack, master)
-    return report(Finished(plan, run, outcome, health))
+        ready = set_up(plan, interrupts, stack)
+        outcome, health = execute(plan, ready.run, ready.user, ready.env, interrupts, stack, ready.master)
+    return report(Finished(plan, ready.run, outcome, health))
+
+
+@dataclass(frozen=True)
+class Ready:
+    """A run set up and checked, before its first measured request: what ``llmload bench`` and ``llmload
+    sweep`` share."""
+
+    run: Run
+    env: Any
+    user: Any
+    master: Any
+
+
+def set_up(plan: RunPlan, interrupts: Any, stack: ExitStack, extra: int = 0) -> Ready:
+    """Master and local workers (distributed), the target, the run's workload (``extra`` more samples: a sweep's
+    warm-up) and schedule, the user, the initial test, the workers connected. The master binds and its local
+    workers start first: they import and connect while the simulator starts and the workload loads
+    (benchmarks/startup.py); the user class comes once the target is known."""
+    from llmload.bench.execute import open_master
+
+    env = environment()
+    master = open_master(plan, env, interrupts, stack)
+    target = start_target(plan, stack)
+    interrupts.raise_if_interrupted()  # a signal held while the simulator's process forked
+    run = new_run(plan, target)
+    run.load(extra=extra)
+    run.plan()
+    env.user_classes = [make_user_class(run_config(plan, target))]
+    user = env.user_classes[0](env)
+    probe(plan, user, run)
+    if master is not None:
+        master.wait_for_workers()
+        interrupts.raise_if_interrupted()
+    return Ready(run, env, user, master)
 
 
 def probe(plan: RunPlan, user: Any, run: Any) -> None:

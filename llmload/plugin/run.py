@@ -139,7 +139,7 @@ class LocustRun(ClusterRole, RunState):
         conversation_settings(opts, self.environment)
         config = RunConfig.from_options(opts, live=not self.headless)
         host = (self.environment.host or "").rstrip("/")
-        key = tuple(sorted((k, str(v)) for k, v in vars(opts).items()))
+        key = workload_key(opts, host)
         if key != self._workload_key or self.core is None:
             target = Target.resolve(opts, host, api_key(opts), lenient=True)
             self.core = Run(opts, config, target, say)
@@ -366,6 +366,14 @@ class LocustRun(ClusterRole, RunState):
 def _sample_requests(samples: list[Any]) -> list[Scheduled]:
     return [Scheduled(i, 0.0, s, rid) for i, (s, rid) in enumerate(zip(samples, request_ids(samples, len(samples)),
                                                                        strict=True))]
+
+
+def workload_key(opts: Any, host: str) -> tuple[tuple[str, str], ...]:
+    """What the workload depends on: the host and llmload's own options. Locust's (the user count, the run time
+    it fills in at the start) do not, so a test start after the set-up at ``init`` loads nothing again."""
+    from llmload.options import Scope, options_for
+
+    return (("host", host), *((o.dest, str(getattr(opts, o.dest, None))) for o in options_for(Scope.LOCUST)))
 
 
 def attach(environment: Any) -> LocustRun:

@@ -39,21 +39,15 @@ def run_sweep(args: argparse.Namespace, write_figures: FigureWriter | None = Non
 
 
 def _sweep(sweep: SweepPlan, interrupts: Any, write_figures: FigureWriter | None) -> int:
-    from llmload.bench.execute import open_master
-    from llmload.bench.run import probe
-    from llmload.bench.setup import environment, make_user_class, new_run, run_config, start_target
+    from llmload.bench.run import set_up
     from llmload.sweep.drivers import run_points
     from llmload.sweep.point import Session
 
     plan = sweep.run
     with ExitStack() as stack:
-        target = start_target(plan, stack)
-        run = new_run(plan, target)
-        workload = run.load(extra=sweep.warmup)
-        env = environment(make_user_class(run_config(plan, target)))
-        user = env.user_classes[0](env)
-        probe(plan, user, run)
-        master = open_master(plan, env, interrupts, stack)
+        ready = set_up(plan, interrupts, stack, extra=sweep.warmup)
+        run, user, env, master = ready.run, ready.user, ready.env, ready.master
+        target, workload = run.target, run.workload
         session = Session(sweep, target, workload, user, env, master, interrupts, stack)
         # sweep.json after every point: a sweep killed outright still leaves the points it finished
         session.after_point = lambda: _write_json(sweep, sweep_data(sweep, run, session.rows, None,

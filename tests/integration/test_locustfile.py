@@ -45,6 +45,8 @@ def test_headless_run_with_flags(child_runner, start_sim, tmp_path: Path) -> Non
                               "--tokenizer", "builtin", "--num-prompts", "20", "--llm-records", records_path)
     assert run.returncode == 0, run.describe()
     assert "Traceback" not in run.stderr, run.describe()
+    # the workload is loaded once, at init: the test start (where Locust fills in its own options) reuses it
+    assert run.stderr.count("Loading tokenizer") == 1, run.describe()
     output = run.stdout + run.stderr
     rows = stats_rows(output)
     for name in ("E2E", "TTFT", "TPOT"):
