@@ -132,7 +132,7 @@ class LocustRun(ClusterRole, RunState):
         the options changed) and build its schedule. LLMLoadError: one line, the run cannot start."""
         from llmload.core.run import Run, RunConfig, Target
         from llmload.options import api_key, normalize_options
-        from llmload.plugin.setup import class_weights, configure_classes, conversation_settings
+        from llmload.plugin.setup import class_weights, configure_classes, conversation_settings, workload_key
 
         opts = self.options
         normalize_options(opts)  # the web UI's start form gives strings back
@@ -366,14 +366,6 @@ class LocustRun(ClusterRole, RunState):
 def _sample_requests(samples: list[Any]) -> list[Scheduled]:
     return [Scheduled(i, 0.0, s, rid) for i, (s, rid) in enumerate(zip(samples, request_ids(samples, len(samples)),
                                                                        strict=True))]
-
-
-def workload_key(opts: Any, host: str) -> tuple[tuple[str, str], ...]:
-    """What the workload depends on: the host and llmload's own options. Locust's (the user count, the run time
-    it fills in at the start) do not, so a test start after the set-up at ``init`` loads nothing again."""
-    from llmload.options import Scope, options_for
-
-    return (("host", host), *((o.dest, str(getattr(opts, o.dest, None))) for o in options_for(Scope.LOCUST)))
 
 
 def attach(environment: Any) -> LocustRun:

@@ -62,3 +62,11 @@ def install_shape(run: Any) -> None:
     shape = user_shape_class(parse_shape(spec, "--user-shape"))()
     shape.runner = run.runner
     run.environment.shape_class = shape
+
+
+def workload_key(opts: Any, host: str) -> tuple[tuple[str, str], ...]:
+    """What the workload depends on: the host and llmload's own options. Locust's (the user count, the run time
+    it fills in at the start) do not, so a test start after the set-up at ``init`` loads nothing again."""
+    from llmload.options import Scope, options_for
+
+    return (("host", host), *((o.dest, str(getattr(opts, o.dest, None))) for o in options_for(Scope.LOCUST)))

@@ -181,8 +181,11 @@ def test_schedule_does_not_drift(server: _Server):
     scraper.stop(final=False)
     times = [s.t for s in scraper.snapshots]
     assert len(times) >= 4
-    for k, t in enumerate(times[1:4], 1):
-        assert abs((t - times[0]) - k * 0.1) < 0.08, times
+    # each scrape's lateness against its slot (start + k x interval): never early, and after a late one (a busy
+    # machine delays any single scrape) the next ones are back on their slots instead of carrying it over
+    late = [(t - times[0]) - k * 0.1 for k, t in enumerate(times)]
+    assert min(late) > -0.02, late
+    assert min(late[2:]) < 0.05, late
 
 
 @pytest.mark.parametrize(
