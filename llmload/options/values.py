@@ -52,28 +52,27 @@ def cluster_token(opts: Any) -> str | None:
     path = getattr(opts, "cluster_token_file", None)
     if not path:
         return os.environ.get(CLUSTER_TOKEN_ENV) or None
+    return _secret_from_file(str(path), "--cluster-token-file", stdin=True)
+
+
+def _secret_from_file(path: str, flag: str, *, stdin: bool = False) -> str:
+    """The stripped text of ``path`` (``-``: standard input, where ``stdin``); ConfigError naming the file, never
+    its content, when it cannot be read, is not text or is empty."""
     import sys
 
     try:
-        token = (sys.stdin.read() if path == "-" else Path(path).read_text()).strip()
+        secret = (sys.stdin.read() if stdin and path == "-" else Path(path).read_text()).strip()
     except OSError as exc:
-        raise ConfigError(f"--cluster-token-file: cannot read {path}: {exc.strerror or exc}") from None
+        raise ConfigError(f"{flag}: cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
-        raise ConfigError(f"--cluster-token-file: {path} is not a text file") from None
-    if not token:
-        raise ConfigError(f"--cluster-token-file: {path} is empty")
-    return token
+        raise ConfigError(f"{flag}: {path} is not a text file") from None
+    if not secret:
+        raise ConfigError(f"{flag}: {path} is empty")
+    return secret
 
 
 def _key_from_file(path: str) -> str:
-    try:
-        key = Path(path).read_text().strip()
-    except OSError as exc:
-        raise ConfigError(f"--api-key-file: cannot read {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"--api-key-file: {path} is not a text file") from None
-    if not key:
-        raise ConfigError(f"--api-key-file: {path} is empty")
+    key = _secret_from_file(path, "--api-key-file")
     if "\n" in key or "\r" in key:
         # sent as an HTTP header: a second line would be refused by the server, or worse, read as a header
         raise ConfigError(f"--api-key-file: {path} holds more than one line; put only the key in it")
