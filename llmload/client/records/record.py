@@ -12,11 +12,50 @@ key its default (``user_class`` ``""``) and ignores keys it does not know.
 from __future__ import annotations
 
 from array import array
-from collections.abc import MutableSequence
+from collections.abc import Iterator, MutableSequence, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from itertools import repeat
+from typing import Any, cast, overload
 
 from llmload.metrics import definitions as _metric
+
+
+class UnitCounts(Sequence[int]):
+    """``n`` ones in a few bytes: the token counts of a stream whose every event carried one token (most do).
+    Reads as the list of ones it stands for (``len``, indexing, iteration, ``sum``, ``==``)."""
+
+    __slots__ = ("_n",)
+
+    def __init__(self, n: int) -> None:
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, index: int) -> int: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[int]: ...
+    def __getitem__(self, index: int | slice) -> int | list[int]:
+        if isinstance(index, slice):
+            return [1] * len(range(*index.indices(self._n)))
+        if not -self._n <= index < self._n:
+            raise IndexError("UnitCounts index out of range")
+        return 1
+
+    def __iter__(self) -> Iterator[int]:
+        return repeat(1, self._n)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, UnitCounts):
+            return other._n == self._n
+        return isinstance(other, Sequence) and len(other) == self._n and all(x == 1 for x in other)
+
+    def __hash__(self) -> int:
+        return hash(("UnitCounts", self._n))
+
+    def __repr__(self) -> str:
+        return f"UnitCounts({self._n})"
 
 
 @dataclass(slots=True)
@@ -90,12 +129,19 @@ class RequestRecord:
 
     def compact(self) -> None:
         """Hold the chunk times and token counts as C arrays: 8 and 4 bytes an item instead of ~32 and 8 in a
-        list. A run keeps every record until its metrics are computed; this makes a kept record ~3x smaller
-        (docs/reliability.md, "Soak"). Everything that reads them (indexing, ``len``, numpy) is unchanged."""
+        list, and token counts that are all ones (most streams) as :class:`UnitCounts`. A run keeps every record
+        until its metrics are computed; this makes a kept record ~3x smaller (docs/reliability.md, "Soak").
+        Everything that reads them (indexing, ``len``, iteration, numpy) is unchanged; compact only a finished
+        record (an array or ``UnitCounts`` takes no more chunks)."""
         if not isinstance(self.chunk_times, array):
             self.chunk_times = array("d", self.chunk_times)
+        if isinstance(self.chunk_tokens, UnitCounts):
+            return
         if not isinstance(self.chunk_tokens, array):
             self.chunk_tokens = array("i", self.chunk_tokens)
+        if self.chunk_tokens and self.chunk_tokens.count(1) == len(self.chunk_tokens):
+            # one token per event: 4 bytes an event saved (docs/performance.md, master memory)
+            self.chunk_tokens = cast(MutableSequence[int], UnitCounts(len(self.chunk_tokens)))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values (lists, not arrays), copied: safe to ship or write while the record lives on."""
