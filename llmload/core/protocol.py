@@ -157,6 +157,8 @@ class TokenGate:
         self._nonces: dict[str, str] = {}
         self._asked_at: dict[str, float] = {}
         self.authenticated: set[str] = set()
+        #: workers whose proof was wrong (logged and told to quit once)
+        self.refused: set[str] = set()
         runner.register_message(AUTH, self._on_auth)
 
     def trusted(self, client_id: str) -> bool:
@@ -169,7 +171,7 @@ class TokenGate:
             return ids
         now = perf_counter()
         for cid in ids:
-            if cid in self.authenticated:
+            if cid in self.authenticated or cid in self.refused:  # a refused worker was told to quit
                 continue
             if cid not in self._nonces:
                 self._nonces[cid] = secrets.token_hex(16)
@@ -186,6 +188,7 @@ class TokenGate:
         if nonce is not None and self.token and hmac.compare_digest(proof, auth_proof(self.token, nonce, cid)):
             self.authenticated.add(cid)
             return
+        self.refused.add(cid)
         self.log(f"a worker ({cid}) failed to authenticate with the cluster token: it gets no job and is told "
                  "to quit")
         self.runner.send_message("quit", None, client_id=cid)

@@ -117,16 +117,22 @@ class ClusterRole:
         gate = self.gate
         if gate is None or not gate.token:
             return clients
+        ids = {c.id for c in clients}
         deadline = perf_counter() + ADMIT_WAIT_S
-        while len(gate.admit(c.id for c in clients)) < len(clients) and perf_counter() < deadline:
+        # until every worker answered, rightly or wrongly (a wrong proof need not be waited for)
+        while len(gate.admit(ids)) + len(ids & gate.refused) < len(ids) and perf_counter() < deadline:
             gevent.sleep(0.05)
-        admitted = set(gate.admit(c.id for c in clients))
+        admitted = set(gate.admit(ids))
         for client in clients:
-            if client.id not in admitted:
+            if client.id not in admitted and client.id not in gate.refused:  # a wrong proof was told already
                 sys.stderr.write(f"llmload: worker {client.id} did not answer the cluster token's challenge: it "
                                  "gets no share and is told to quit\n")
                 self.runner.send_message("quit", None, client_id=client.id)
         return [c for c in clients if c.id in admitted]
+
+    def worker_name(self, client_id: str) -> str:
+        """How records, summaries and results name a worker: ``worker{index}``, as bench's master does."""
+        return f"worker{self.runner.get_worker_index(client_id)}"
 
     def in_flight_total(self) -> int | None:
         """Requests in flight over the whole run: this process's own, or on a master the workers' last
@@ -209,7 +215,7 @@ class ClusterRole:
     def _await_final_batches(self) -> None:
         """Stop every worker's share and wait for its last records (Locust's quit waits only 0.5 s)."""
         waiting = [c.id for c in self.runner.clients.all if c.id not in self.reports]
-        stop = Stop(force=self.control.cut.is_set()).data()
+        stop = Stop().data()  # never force: this is Locust's end of the test, which drains
         for cid in waiting:
             self.runner.send_message(protocol.STOP, stop, client_id=cid)
         deadline = perf_counter() + float(self.environment.stop_timeout or 0.0) + FINAL_BATCH_WAIT_S
@@ -223,7 +229,7 @@ class ClusterRole:
         if self.gate is not None and not self.gate.trusted(msg.node_id):
             return  # a stranger's records are not the run's
         batch = read_records_message(msg.data, self._my_clock)
-        name = f"worker{self.runner.get_worker_index(msg.node_id)}"
+        name = self.worker_name(msg.node_id)
         state = self.cluster.get(msg.node_id)
         for record in batch.records:
             record.worker = name
