@@ -3,7 +3,7 @@
     config    RunConfig.from_options(options)   the options decided once: schedule spec, SLOs, metrics, loop
     target    Target.resolve(...)               the server: URL, model, tokenizer, whether it is llmload's sim
     load      Run.load()   -> Workload          the tokenizer and the samples (the prompt count decided here)
-    plan      Run.plan()   -> Schedule           (the web UI: a steerable LiveSchedule); Run.shares(n) per worker
+    plan      Run.plan()   -> Schedule           (the web UI: a steerable LiveSchedule); Schedule.share per worker
     start     send_share()                       this process's part: open loop, or closed loop with think time
     drain     StopControl                        stop, --stop-timeout, cut (core/dispatch.py)
     finish    Run.finish(outcome) -> Measured    records in send order, pending outputs counted, the metrics
@@ -184,12 +184,9 @@ class Run:
     #: the prompts asked for (None: a trace's whole window), decided by :meth:`load`
     num_prompts: int | None = field(default=None, init=False)
 
-    def load(self, extra: int = 0, workload: Workload | None = None) -> Workload:
-        """The tokenizer and samples (``extra`` more first: a sweep's warm-up), or ``workload`` as it is (a
-        sweep's point shares its session's). DatasetError/TokenizerError: one line."""
-        if workload is not None:
-            self.workload = workload
-            return workload
+    def load(self, extra: int = 0) -> Workload:
+        """The tokenizer and samples (``extra`` more first: a sweep's warm-up; a sweep's points are built with
+        their session's ``workload`` instead). DatasetError/TokenizerError: one line."""
         from llmload._compat import import_transformers
         from llmload.datasets import load_samples
         from llmload.options import prompt_count
@@ -228,11 +225,6 @@ class Run:
         else:
             self.schedule = Schedule.build(spec, chosen, list(classes))
         return self.schedule
-
-    def shares(self, count: int) -> list[list[int]]:
-        """The schedule indices each of ``count`` workers sends (worker ``k``: every ``count``-th from ``k``)."""
-        assert isinstance(self.schedule, Schedule), "plan() comes before shares()"
-        return [[e.index for e in self.schedule.share(k, count)] for k in range(count)]
 
     @property
     def planned(self) -> int:

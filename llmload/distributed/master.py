@@ -15,7 +15,6 @@ from gevent.event import Event
 
 from llmload.client.records import RequestRecord
 from llmload.core import protocol
-from llmload.core.arrivals import share_for_worker
 from llmload.core.conversation import request_count
 from llmload.core.messages import clock_offset, job_items, read_records_message
 from llmload.core.protocol import START_LEAD_S, Done, Job, Revoke, Stop, TokenGate
@@ -137,7 +136,6 @@ class BenchMaster:
                  token: str | None = None, log: Callable[[str], None] = print) -> None:
         self.runner = runner
         self.on_record = on_record
-        self.token = token
         self.log = log
         #: which workers proved they hold the cluster token (all of them when there is none)
         self.gate = TokenGate(runner, token, log)
@@ -234,7 +232,7 @@ class BenchMaster:
         self._index_of = schedule.index_of()
         for k, cid in enumerate(client_ids):
             state = WorkerState(cid, self.runner.get_worker_index(cid))
-            state.assigned = set(share_for_worker(schedule.offsets, k, n).tolist())
+            state.assigned = {e.index for e in schedule.share(k, n)}
             self.workers[cid] = state
             self._send_job(state, sorted(state.assigned), job, shares[k], first=True)
         stopped = forced = False

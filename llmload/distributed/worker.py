@@ -31,7 +31,6 @@ class BenchWorker:
                  log: Callable[[str], None] = print) -> None:
         self.runner = runner
         self.make_user = make_user
-        self.token = token
         self.log = log
         self.control = StopControl()
         #: stopped on its own (:meth:`leave`), not by the master

@@ -42,7 +42,7 @@ def client_health(run: Any, lags: list[float], median_itl_ms: float | None) -> d
     if run.role != "master":
         report = run.health_report
     else:
-        workers = {f"worker{run.runner.get_worker_index(cid)}": done.health for cid, done in run.reports.items()}
+        workers = {run.worker_name(cid): done.health for cid, done in run.reports.items()}
         counts = run.core.config.spec.open_loop_lag_counts and run.open_loop
         report = merge_health(workers, schedule_health(lags if counts else [])) if any(workers.values()) else None
     return judge(dict(report), median_itl_ms) if report else None
@@ -132,7 +132,7 @@ def _workers(run: Any) -> list[dict[str, Any]]:
     by_worker = Counter(r.worker for r in run.records.records)
     out = []
     for cid, report in run.reports.items():
-        name = f"worker{run.runner.get_worker_index(cid)}"
+        name = run.worker_name(cid)
         out.append({"worker": name, "assigned": report.planned, "dispatched": report.dispatched,
                     "records": by_worker.get(name, 0), "lost": False})
     return sorted(out, key=lambda w: w["worker"])

@@ -48,8 +48,6 @@ from llmload.plugin.observing import finish_observer, health_report, say, start_
 STEER_LEAD_S = 0.5
 
 
-
-
 class LocustRun(ClusterRole, RunState):
     """The state of one environment's run; Locust's events call its ``on_*`` methods."""
 
