@@ -281,3 +281,21 @@ def test_every_worker_answers_for_all_engines(start_sim, raw_http, tmp_path):
         assert {x.labels["engine"] for x in s.families["vllm:num_requests_running"].samples} == {"0", "1"}
         assert {e: s.value("vllm:prompt_tokens_total", engine=e) for e in expected} == expected
         assert s.value("vllm:request_success_total") == 24
+
+
+def test_stats_reset_starts_a_fresh_lateness_count(start_sim, raw_http):
+    """``POST /sim/stats/reset`` answers with the stats so far and then counts lateness afresh (a benchmark
+    leaves its warm-up out); what the server did (requests, chunks) is kept."""
+    sim = start_sim("--ttft-ms", "5", "--itl-ms", "2", "--model", MODEL)
+    body = {"model": MODEL, "prompt": "count me", "max_tokens": 6, "stream": True, "ignore_eos": True}
+    for _ in range(3):
+        assert raw_http.post(sim.port, "/v1/completions", body).status == 200
+    before = orjson.loads(raw_http.get(sim.port, "/sim/stats").body)
+    assert before["timer_events"] >= 3 * 6 and before["chunks_sent"] >= 3 * 6
+    answered = orjson.loads(raw_http.post(sim.port, "/sim/stats/reset").body)
+    assert answered["timer_events"] == before["timer_events"]
+    after = orjson.loads(raw_http.get(sim.port, "/sim/stats").body)
+    assert after["timer_events"] == 0 and after["lateness_us"]["max"] == 0.0
+    assert (after["requests"], after["chunks_sent"]) == (before["requests"], before["chunks_sent"])
+    assert raw_http.post(sim.port, "/v1/completions", body).status == 200
+    assert orjson.loads(raw_http.get(sim.port, "/sim/stats").body)["timer_events"] >= 6
