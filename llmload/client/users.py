@@ -10,6 +10,7 @@ Locust's stats table gets three rows per request, ``LLM E2E`` (with failures), `
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from time import perf_counter
 from typing import Any, ClassVar
 
@@ -121,11 +122,13 @@ class LLMUser(User):
 
     def send(
         self, request: Scheduled | SampleRequest, intended_send: float | None = None,
-        record: RequestRecord | None = None,
+        record: RequestRecord | None = None, on_response_end: Callable[[], None] | None = None,
     ) -> RequestRecord:
         """Stream one request and return its record (also fired as ``llm_events.request_complete``).
 
-        Pass ``record`` (from :meth:`new_record`) to keep a handle on a request that may be cut off.
+        Pass ``record`` (from :meth:`new_record`) to keep a handle on a request that may be cut off;
+        ``on_response_end`` is called the moment the response has ended (or failed), before it is parsed: a
+        concurrency slot freed then lets the next request go while this one's events are parsed.
         """
         sample = request.sample if isinstance(request, Scheduled) else request
         body = self.dialect.build_body(sample.prompt, sample.expected_output_len, model=self.model,
@@ -137,7 +140,7 @@ class LLMUser(User):
         reader = StreamReader(self, record, streaming)
         self._run.in_flight += 1
         try:
-            exception = self._stream(record, reader, orjson.dumps(body))
+            exception = self._stream(record, reader, orjson.dumps(body), on_response_end)
         except GreenletExit:
             # the run ended while this request was in flight: count it as cut off, never drop it
             record.cut_off = True
@@ -156,7 +159,8 @@ class LLMUser(User):
         """A request of this user's that the run's end cut off before it was sent: hooks hear of it too."""
         llm_events.request_complete.fire(record=record, user=self)
 
-    def _stream(self, record: RequestRecord, reader: StreamReader, payload: bytes) -> Exception | None:
+    def _stream(self, record: RequestRecord, reader: StreamReader, payload: bytes,
+                on_end: Callable[[], None] | None = None) -> Exception | None:
         """POST and read the stream into ``record``; returns the exception that failed it, if any. This is where
         a stream is parsed: live when someone listens to the token hooks, else once after the stream."""
         headers = dict(self._headers)
@@ -170,7 +174,11 @@ class LLMUser(User):
             record.start = perf_counter()
 
         try:
-            resp = self.pool.request("POST", self._path, headers, payload, live, sending)
+            try:
+                resp = self.pool.request("POST", self._path, headers, payload, live, sending)
+            finally:
+                if on_end is not None:
+                    on_end()
         except TransportError as exc:
             partial = exc.response
             if partial is not None and partial.status:

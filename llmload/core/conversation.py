@@ -234,12 +234,18 @@ def deliver(
     sink: RecordSink,
     stop: Event,
     on_turn: Callable[[RequestRecord], None] | None = None,
+    on_response_end: Callable[[], None] | None = None,
 ) -> None:
     """Send one request, or replay one conversation (a sample with turns); every record ends up in ``sink``.
-    The sender's ``conversation`` attribute (a :class:`ConversationPolicy`) says how conversations replay."""
+    The sender's ``conversation`` attribute (a :class:`ConversationPolicy`) says how conversations replay.
+    ``on_response_end``: called when a single request's response has ended, before it is parsed (a
+    conversation's next turn needs the answer, so a conversation never calls it)."""
     if request.sample.turns is None:
         try:
-            sender.send(request, record.intended_send, record)
+            if on_response_end is None:
+                sender.send(request, record.intended_send, record)
+            else:
+                sender.send(request, record.intended_send, record, on_response_end=on_response_end)
         finally:
             sink.add(record)
         return

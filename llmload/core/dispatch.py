@@ -41,7 +41,8 @@ class Sender(Protocol):
     def new_record(self, request: Scheduled, intended_send: float | None = None) -> RequestRecord: ...
 
     def send(self, request: Scheduled, intended_send: float | None = None,
-             record: RequestRecord | None = None) -> RequestRecord: ...
+             record: RequestRecord | None = None,
+             on_response_end: Callable[[], None] | None = None) -> RequestRecord: ...
 
 
 @dataclass
@@ -78,9 +79,11 @@ def mark_cut_off(record: RequestRecord) -> None:
 
 
 class _Slots:
-    """The concurrency cap: a request holds a slot from before its send until its record is in the sink.
-    Requests still waiting for a slot when the run stops are cut off at once (:meth:`cut_waiting`): a stop ends
-    sending, and they never reached the server."""
+    """The concurrency cap: a request holds a slot from before its send until its response has ended (its
+    events are parsed after that, while the next request already goes: the closed loop has no gap for the
+    client's own work); a conversation from its first turn to its last. Requests still waiting for a slot when
+    the run stops are cut off at once (:meth:`cut_waiting`): a stop ends sending, and they never reached the
+    server."""
 
     def __init__(self, limit: int | None) -> None:
         self._sem = BoundedSemaphore(limit) if limit else None
@@ -108,11 +111,19 @@ class _Slots:
                 not_sent(record)
             sink.add(record)
             raise
+        sem = self._sem if acquired else None
+        held = sem is not None
+
+        def release() -> None:
+            nonlocal held
+            if held:
+                held = False
+                sem.release()  # type: ignore[union-attr]
+
         try:
-            deliver(sender, request, record, sink, stop, on_turn)
+            deliver(sender, request, record, sink, stop, on_turn, release if held else None)
         finally:
-            if acquired and self._sem is not None:
-                self._sem.release()
+            release()
 
     def cut_waiting(self) -> None:
         """Cut off every request still queued for a slot."""

@@ -3,6 +3,7 @@ concurrency cap and its queue, closed-loop users, and that a stop accounts for e
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from time import perf_counter
 
 import gevent
@@ -32,6 +33,9 @@ class FakeSender:
         self.most_in_flight = 0
         self.sent: list[str] = []
         self.not_sent_ids: list[str] = []
+        #: seconds each request's events take to parse once its response has ended, and when each finished
+        self.parse_s = 0.0
+        self.parsed: list[tuple[str, float]] = []
 
     def not_sent(self, record: RequestRecord) -> None:
         self.not_sent_ids.append(record.request_id)
@@ -40,7 +44,8 @@ class FakeSender:
         return RequestRecord(request_id=request.request_id, intended_send=intended_send)
 
     def send(self, request: Scheduled, intended_send: float | None = None,
-             record: RequestRecord | None = None) -> RequestRecord:
+             record: RequestRecord | None = None,
+             on_response_end: Callable[[], None] | None = None) -> RequestRecord:
         assert record is not None
         record.start = perf_counter()
         self.sent.append(request.request_id)
@@ -55,6 +60,11 @@ class FakeSender:
         finally:
             self.in_flight -= 1
         record.chunk_times.append(perf_counter())
+        if on_response_end is not None:
+            on_response_end()
+        if self.parse_s:
+            gevent.sleep(self.parse_s)  # what a reader does with the events once the response has ended
+            self.parsed.append((request.request_id, perf_counter()))
         record.first_token = record.chunk_times[0]
         record.success = True
         return record
@@ -84,6 +94,19 @@ def test_concurrency_cap_queues_and_is_never_exceeded() -> None:
     run_open_loop(schedule(12), lambda _r: sender, sink, max_concurrency=3)
     assert sender.most_in_flight == 3
     assert len(sink) == 12 and all(r.success for r in sink.records)
+
+
+def test_a_slot_is_free_once_the_response_ends_not_once_it_is_parsed() -> None:
+    """Closed loop at --max-concurrency 1: the second request goes as soon as the first response has ended,
+    while the first one's events are still being parsed (the issue's successor gap)."""
+    sender, sink = FakeSender(0.05), RecordList()
+    sender.parse_s = 1.0
+    run_open_loop(schedule(2), lambda _r: sender, sink, max_concurrency=1)
+    first, second = sorted(sink.records, key=lambda r: r.start)
+    parsed = dict(sender.parsed)
+    assert second.start >= first.chunk_times[-1]  # never two in flight
+    assert second.start < parsed[first.request_id] - 0.5  # 1 s of parsing did not hold it back
+    assert sender.most_in_flight == 1
 
 
 def test_stop_accounts_for_every_request() -> None:
