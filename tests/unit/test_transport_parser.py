@@ -113,7 +113,7 @@ def test_chunked_without_trailers() -> None:
     done = feed(p, CHUNKED + chunk(b'data: {"a":1}\n\n'), chunk(b'data: {"a":2}\n\n'), chunk(b"data: [DONE]\n\n") + LAST)
     assert done == [False, False, True]
     assert p.resp.lines == [(0.0, b'data: {"a":1}'), (1.0, b'data: {"a":2}'), (2.0, b"data: [DONE]")]
-    assert p.resp.body == b'data: {"a":1}\n\ndata: {"a":2}\n\ndata: [DONE]\n\n'
+    assert p.resp.body == b""  # a 200 event stream is held once: as its lines
     assert p.resp.reusable and p.leftover == b""
 
 
@@ -139,8 +139,21 @@ def test_chunk_size_extensions_and_hex_case() -> None:
     wire = CHUNKED + b"1B;name=value\r\n" + data + b"\r\n" + b'1b;a="b c";d\r\n' + data + b"\r\n" + b"0;end\r\n\r\n"
     p = ResponseParser()
     assert feed(p, wire) == [True]
-    assert p.resp.body == data * 2
+    assert p.resp.body == b""
     assert [line for _, line in p.resp.lines] == [b"x" * 26] * 2
+
+
+@pytest.mark.parametrize("head", [
+    b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+])
+def test_the_raw_body_is_kept_where_something_reads_it(head: bytes) -> None:
+    """An error status, a JSON answer, an answer of no stated type: the reader reads the body as a whole."""
+    p = ResponseParser()
+    assert feed(p, head + chunk(b'{"error": "x"}\n') + chunk(b'{"more": 1}\n'), LAST) == [False, True]
+    assert p.resp.body == b'{"error": "x"}\n{"more": 1}\n'
+    assert [line for _, line in p.resp.lines] == [b'{"error": "x"}', b'{"more": 1}']
 
 
 def test_line_split_across_chunks_and_reads() -> None:
@@ -164,7 +177,7 @@ def test_body_until_close() -> None:
     p.eof(3.0)
     assert p.done and not p.resp.reusable
     assert p.resp.lines[-1] == (3.0, b"data: c")  # the last line, unterminated, ends at the close
-    assert p.resp.body == b"data: a\n\ndata: b\n\ndata: c"
+    assert p.resp.body == b""
 
 
 def test_http10_without_length_reads_until_close() -> None:
@@ -508,7 +521,7 @@ def check_same_as_one_read(wire: Wire, cuts: list[int]) -> Run:
     assert [line for _, line in split.parser.resp.lines] == lines
     for r in (whole, split):
         resp = r.parser.resp
-        assert resp.status == 200 and resp.body == wire.body
+        assert resp.status == 200 and resp.body == (b"" if b"event-stream" in wire.data[: wire.data.index(b"\r\n\r\n")] else wire.body)
         assert resp.reusable == (wire.mode != "close")
         # what follows the response is handed back for the next one
         assert r.parser.leftover + b"".join(r.pieces[r.done_at + 1 :]) == wire.data[wire.end :]
@@ -659,3 +672,88 @@ def test_headers_over_1_mib_in_one_read_are_refused_too() -> None:
     with pytest.raises(TransportError, match="larger than 1 MiB") as info:
         ResponseParser().feed(head, 0.0)
     assert info.value.kind == "malformed_http"
+
+
+# --- the fast path (whole chunks of whole lines in one split) gives exactly what the general decoder gives --
+
+
+def outcome(pieces: list[bytes], fast: bool) -> tuple:
+    """Everything a parser hands on, fed ``pieces`` like the reactor does (stop at completion or the first
+    error, eof when the data ran out): lines with their times, body, status, leftover, where it ended, what live
+    listeners saw, and the error's type and message."""
+    batches: list[tuple[int, list[tuple[float, bytes]]]] = []
+    p = ResponseParser(lambda resp, first: batches.append((first, resp.lines[first:])), fast=fast)
+    ended: object = None
+    try:
+        with bounded():
+            for i, piece in enumerate(pieces):
+                if p.feed(piece, float(i)):
+                    ended = i
+                    break
+            else:
+                p.eof(float(len(pieces)))
+                ended = "eof"
+    except TransportError as exc:
+        ended = (type(exc).__name__, str(exc))
+    resp = p.resp
+    return resp.lines, resp.body, resp.status, resp.reusable, p.leftover, ended, batches
+
+
+EVENTS = st.sampled_from([
+    b'data: {"choices":[{"text":" hi","finish_reason":null}]}\n\n',
+    b'data: {"choices":[{"delta":{"content":"x"}}]}\n\n',
+    b"data: [DONE]\n\n", b": ping\n\n", b"data: a\r\n\r\n", b"data: b\n", b"data: c",
+]) | st.binary(max_size=10)
+
+
+@st.composite
+def event_streams(draw: st.DrawFn) -> list[bytes]:
+    """A stream as servers send it, one event per chunk (sometimes two, sometimes a chunk of junk), cut into
+    reads mostly at chunk ends (where the fast path applies) and sometimes anywhere."""
+    chunks = [b"%x\r\n%s\r\n" % (len(e), e) for e in draw(st.lists(EVENTS, max_size=20)) if e]
+    wire = bytearray(draw(st.sampled_from([CHUNKED, CLOSE, length_head(40)])))
+    cuts = [len(wire)] if draw(st.booleans()) else []
+    for c in chunks:
+        wire += c
+        if draw(st.integers(0, 3)):
+            cuts.append(len(wire))
+    wire += draw(st.sampled_from([LAST, b"0\r\nX: y\r\n\r\n", b"", b"5\r\nab"]))
+    wire += draw(next_response)
+    cuts += draw(st.sets(st.integers(1, max(1, len(wire) - 1)), max_size=4))
+    cuts = sorted({c for c in cuts if 0 < c < len(wire)})
+    return [bytes(wire[a:b]) for a, b in zip([0, *cuts], [*cuts, len(wire)], strict=True)]
+
+
+@FUZZ
+@given(event_streams())
+def test_fast_path_gives_what_the_general_decoder_gives(pieces: list[bytes]) -> None:
+    assert outcome(pieces, fast=True) == outcome(pieces, fast=False)
+
+
+@FUZZ
+@given(split_wires())
+def test_fast_path_gives_what_the_general_decoder_gives_for_any_framing(case: tuple[Wire, list[int]]) -> None:
+    wire, cuts = case
+    pieces = [wire.data[a:b] for a, b in zip([0, *cuts], [*cuts, len(wire.data)], strict=True)]
+    assert outcome(pieces, fast=True) == outcome(pieces, fast=False)
+
+
+@FUZZ
+@given(pieces_of(framing_junk(st.integers(0, 4096))))
+def test_fast_path_fails_as_the_general_decoder_does(pieces: list[bytes]) -> None:
+    assert outcome(pieces, fast=True) == outcome(pieces, fast=False)
+
+
+def test_the_fast_path_takes_a_read_of_whole_event_chunks() -> None:
+    """The common read (whole chunks, one event each) is the fast path's: it takes it, and the same read with a
+    chunk cut short, an extension or CRLF lines is left to the general decoder untouched."""
+    events = [b'data: {"a":%d}\n\n' % i for i in range(3)]
+    read = b"".join(chunk(e) for e in events)
+    p = ResponseParser()
+    feed(p, CHUNKED)
+    assert p._whole_chunks(read, 1.0)
+    assert p.resp.lines == [(1.0, b'data: {"a":%d}' % i) for i in range(3)]
+    for other in (read[:-3], chunk(events[0], b";x=1"), chunk(b"data: a\r\n\r\n"), read + LAST):
+        q = ResponseParser()
+        feed(q, CHUNKED)
+        assert not q._whole_chunks(other, 1.0) and q.resp.lines == []
