@@ -4,8 +4,6 @@ shows them; with ``--no-server-metrics`` the key is null and the panel hidden; a
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import test_webui
 from test_webui import CHROMIUM, CHROMIUM_ARGS, browser, locust_args, script
@@ -61,18 +59,19 @@ def test_server_panel_shows_the_scraped_series(start_sim, start_web) -> None:
                                    timeout=20000)
             assert page.is_visible("#llm-server") and page.is_visible("#llm-chart-server")
             assert not page.is_visible("#llm-server-saturated")  # a closed loop is never judged saturated
-            # what the panel shows is what the route says (both move once a second: compared until they agree)
-            deadline = time.monotonic() + 20
-            while True:
-                values = shown(page, "llm-server-running", "llm-server-waiting", "llm-server-scrapes")
-                route = web.stats()["server"]
-                want = {"llm-server-running": route["latest"]["running"], "llm-server-waiting":
-                        route["latest"]["waiting"], "llm-server-scrapes": route["scrapes"]}
-                if all(values[k] != "" and float(values[k]) == float(v) for k, v in want.items()):
-                    break
-                assert time.monotonic() < deadline, f"the panel shows {values}, /llm/stats says {want}"
-                page.wait_for_timeout(300)
-            assert page.text_content("#llm-server-running") == str(round(route["latest"]["running"]))
+            # what the panel shows is what the page last fetched from /llm/stats (read in one go, so neither moves
+            # in between), and that is the route's answer of a scrape or two ago: the page polls and the scraper
+            # scrapes once a second each, so comparing the panel with a fresh route call can stay one apart
+            ids = ["llm-server-running", "llm-server-waiting", "llm-server-scrapes"]
+            got = page.evaluate("ids => ({shown: Object.fromEntries(ids.map(id => [id, "
+                                "document.getElementById(id).dataset.value])), server: window.llmloadTab.last().server})",
+                                ids)
+            route = web.stats()["server"]
+            data = got["server"]
+            want = dict(zip(ids, (data["latest"]["running"], data["latest"]["waiting"], data["scrapes"]), strict=True))
+            assert all(got["shown"][k] != "" and float(got["shown"][k]) == float(v) for k, v in want.items()), got
+            assert route["scrapes"] - 3 <= data["scrapes"] <= route["scrapes"], (data["scrapes"], route["scrapes"])
+            assert page.text_content("#llm-server-running") == str(round(data["latest"]["running"]))
             assert sim.url + "/metrics" in page.text_content("#llm-server-note")
             assert page.evaluate("() => window.llmloadTab.last().server.series.length") >= 3
         finally:
