@@ -7,9 +7,15 @@ adds listeners to Locust's events and does nothing else. Each Locust environment
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-__all__ = ["install"]
+__all__ = ["install", "tell"]
+
+
+def tell(line: str) -> None:
+    """One line from llmload on ``locust -f``'s stderr, next to Locust's own log: ``llmload: <line>``."""
+    print(f"llmload: {line}", file=sys.stderr, flush=True)
 
 
 def install(events: Any = None) -> None:

@@ -16,7 +16,6 @@ finish sent before a re-assigned job arrived is not taken for the end of that jo
 
 from __future__ import annotations
 
-import sys
 import time
 from time import perf_counter
 from typing import Any
@@ -40,6 +39,7 @@ from llmload.core.protocol import (
 )
 from llmload.core.schedule import LiveSchedule, Schedule
 from llmload.distributed.master import WorkerState, alive_workers, lose_worker
+from llmload.plugin import tell
 
 #: how long past ``--stop-timeout`` the master waits for the workers' final batches
 FINAL_BATCH_WAIT_S = 30.0
@@ -93,18 +93,15 @@ class ClusterRole:
 
     def register(self, token: str | None) -> None:
         """Register this role's messages on the runner (``token``: the cluster token, or None)."""
-        def log(line: str) -> None:
-            sys.stderr.write(f"llmload: {line}\n")
-
         if self.role == "worker":  # type: ignore[attr-defined]
             self.runner.register_message(protocol.JOB, self.on_job)
             self.runner.register_message(protocol.STOP, self.on_stop, concurrent=True)
             self.runner.register_message(protocol.SET_RATE, self.on_set)
-            protocol.answer_challenge(self.runner, token, log)
+            protocol.answer_challenge(self.runner, token, tell)
             gevent.spawn(self.ship_forever)
             gevent.spawn(self.report_live_forever)
         elif self.role == "master":  # type: ignore[attr-defined]
-            self.gate = TokenGate(self.runner, token, log)
+            self.gate = TokenGate(self.runner, token, tell)
             self.runner.register_message(protocol.RECORDS, self.on_records)
             self.runner.register_message(protocol.DONE, self.on_done)
             self.runner.register_message(protocol.FINISHED, self.on_finished)
@@ -125,8 +122,8 @@ class ClusterRole:
         admitted = set(gate.admit(ids))
         for client in clients:
             if client.id not in admitted and client.id not in gate.refused:  # a wrong proof was told already
-                sys.stderr.write(f"llmload: worker {client.id} did not answer the cluster token's challenge: it "
-                                 "gets no share and is told to quit\n")
+                tell(f"worker {client.id} did not answer the cluster token's challenge: it gets no share and is "
+                     "told to quit")
                 self.runner.send_message("quit", None, client_id=client.id)
         return [c for c in clients if c.id in admitted]
 
@@ -195,7 +192,7 @@ class ClusterRole:
                 if state.lost or state.done or state.client_id in alive:
                     continue
                 line, parts = lose_worker(state, self.cluster.values(), alive)
-                sys.stderr.write(f"llmload: {line}\n")
+                tell(line)
                 assert isinstance(self.schedule, Schedule)
                 for survivor, part in parts:
                     self.reassigned.update(part)

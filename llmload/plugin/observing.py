@@ -4,7 +4,6 @@ docs/observability.md) and each load process's client health (:class:`~llmload.c
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import gevent
@@ -13,10 +12,7 @@ from gevent.event import Event
 from llmload.core.observe import Observed, RunObserver, server_scraper
 from llmload.core.saturation import SaturationRule
 from llmload.options import option_value
-
-
-def _say(message: str) -> None:
-    sys.stderr.write(f"llmload: {message}\n")
+from llmload.plugin import tell
 
 
 def start_observer(run: Any) -> RunObserver:
@@ -26,11 +22,11 @@ def start_observer(run: Any) -> RunObserver:
 
     opts = run.options
     host = (run.environment.host or "").rstrip("/")
-    scraper = server_scraper(opts, host, api_key(opts), _say)
+    scraper = server_scraper(opts, host, api_key(opts), tell)
     rule = SaturationRule(window_s=float(option_value(opts, "saturation_window"))) if run.open_loop else None
     stop = Event()
     observer = RunObserver(scraper, rule, lambda: int(locust_in_flight(run) or 0), stop,
-                           bool(getattr(opts, "stop_on_saturation", False)), _say)
+                           bool(getattr(opts, "stop_on_saturation", False)), tell)
     run.records.listeners.append(observer.on_record)
 
     def end_test() -> None:

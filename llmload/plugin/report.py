@@ -8,6 +8,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from llmload.plugin import tell
+
 
 def run_accounting(run: Any) -> dict[str, int]:
     """Requests planned, released and not sent over every load process of the run."""
@@ -91,8 +93,8 @@ def print_summary(run: Any) -> None:
         from llmload.core.observe import save_series
 
         write_records(Path(path), records)
-        print(f"llmload: wrote {len(records)} request records to {path}", file=sys.stderr, flush=True)
-        save_series(observed, Path(path), lambda line: print(f"llmload: {line}", file=sys.stderr, flush=True))
+        tell(f"wrote {len(records)} request records to {path}")
+        save_series(observed, Path(path), tell)
 
 
 def _write_result(run: Any, metrics: Any, acc: dict[str, int], observed: Any, health: dict[str, Any] | None,
@@ -110,10 +112,10 @@ def _write_result(run: Any, metrics: Any, acc: dict[str, int], observed: Any, he
     try:
         write_json(path, data)
     except OSError as exc:
-        print(f"llmload: error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr, flush=True)
+        tell(f"error: cannot write {path}: {exc.strerror or exc}")
         run.environment.process_exit_code = 1
         return
-    print(f"llmload: wrote the result to {path}", file=sys.stderr, flush=True)
+    tell(f"wrote the result to {path}")
 
 
 def _prompts(run: Any, acc: dict[str, int]) -> int:

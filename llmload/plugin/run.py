@@ -41,6 +41,7 @@ from llmload.core.sink import BatchShipper, RecordList
 from llmload.core.state import RunState
 from llmload.errors import LLMLoadError
 from llmload.options import option_value
+from llmload.plugin import tell
 from llmload.plugin.cluster import ClusterRole
 from llmload.plugin.observing import finish_observer, health_report, say, start_observer, watch_health
 
@@ -198,7 +199,7 @@ class LocustRun(ClusterRole, RunState):
                 watch_health(self)
                 self._begin(plan)
         except LLMLoadError as exc:
-            sys.stderr.write(f"llmload: error: {exc}\n")
+            tell(f"error: {exc}")
             self.environment.process_exit_code = exc.exit_code
             gevent.spawn(self.runner.quit)
 
@@ -387,6 +388,6 @@ def attach(environment: Any) -> LocustRun:
         run.exporter = locust_exporter(run)  # a busy port fails here, before anything is sent
         run.prepare()  # before Locust starts its run timer (-t), not inside the timed run
     except LLMLoadError as exc:
-        sys.stderr.write(f"llmload: error: {exc}\n")
+        tell(f"error: {exc}")
         sys.exit(exc.exit_code)
     return run
