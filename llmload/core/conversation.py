@@ -242,10 +242,7 @@ def deliver(
     conversation's next turn needs the answer, so a conversation never calls it)."""
     if request.sample.turns is None:
         try:
-            if on_response_end is None:
-                sender.send(request, record.intended_send, record)
-            else:
-                sender.send(request, record.intended_send, record, on_response_end=on_response_end)
+            sender.send(request, record.intended_send, record, on_response_end=on_response_end)
         finally:
             sink.add(record)
         return

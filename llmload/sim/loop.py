@@ -127,6 +127,10 @@ class EventLoop:
         """
         heappush(self.timers, (deadline, next(self._seq), callback, arg))
 
+    def reset_lateness(self) -> None:
+        """Count lateness afresh, in the same list: the fixed-timing tick holds it (``Streaming._lateness``)."""
+        self.lateness[:] = [0] * len(self.lateness)
+
     def record_lateness(self, seconds: float) -> None:
         """Count a send ``seconds`` after its deadline (early sends count as on time)."""
         i = int(seconds * 100_000)

@@ -131,7 +131,7 @@ class HttpFront:
         elif path == "/sim/stats/reset" and method == "POST":
             # the stats so far, then a fresh lateness count: a benchmark leaves its warm-up out (one worker)
             self._respond(conn, 200, orjson.dumps(self.stats()))
-            self.loop.lateness[:] = [0] * len(self.loop.lateness)
+            self.loop.reset_lateness()
         elif path == "/metrics" and method == "GET":
             self._respond(conn, 200, self.exposition.render(), content_type=CONTENT_TYPE)
         else:
