@@ -25,10 +25,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from llmload.client.records import RequestRecord
 from llmload.core.messages import clock_offset, read_records_message, records_message
 
+#: where this machine's perf_counter is now: how many bytes a packed chunk time takes depends on it
+CLOCK_BASE = time.perf_counter()
+
 
 def record(i: int, chunks: int) -> RequestRecord:
     """A successful streamed request of ``chunks`` one-token chunks, 10 ms apart, with its text."""
-    t0 = 1000.0 + i * 0.01
+    t0 = CLOCK_BASE + i * 0.01
     return RequestRecord(
         request_id=str(i), backend="vllm", prompt_len=64, expected_output_len=chunks, intended_send=t0,
         dispatched_at=t0, start=t0 + 0.0001, first_token=t0 + 0.05,

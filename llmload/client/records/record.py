@@ -58,6 +58,87 @@ class UnitCounts(Sequence[int]):
         return f"UnitCounts({self._n})"
 
 
+#: streams shorter than this keep a plain float64 array (the packed form's fixed cost is ~110 bytes)
+PACK_MIN_TIMES = 32
+#: bytes a packed step may take: the fewest that hold a record's largest step (a float64 takes 8)
+PACK_WIDTHS = (4, 5, 6)
+
+
+class PackedTimes(Sequence[float]):
+    """Non-decreasing positive float64 times in 4 to 6 bytes each, exactly: the first time's IEEE-754 bit
+    pattern and each next time's distance from the one before it in units in the last place, in the fewest
+    bytes that hold the largest. Positive doubles order like their bit patterns read as integers, so adding the
+    steps back up gives every time bit for bit. A unit in the last place grows with the clock's value (the
+    machine's uptime, for ``perf_counter``): 10 ms steps take 4 bytes after ~1.5 days, 5 before
+    (docs/performance.md, "master memory"). Reads as the list of floats it stands for (``len``, indexing,
+    slicing, iteration, ``==``, numpy through ``__array__``)."""
+
+    __slots__ = ("_first", "_steps", "_width")
+
+    def __init__(self, first: int, steps: bytes, width: int) -> None:
+        self._first = first
+        self._steps = steps
+        self._width = width
+
+    @classmethod
+    def pack(cls, times: Sequence[float]) -> PackedTimes | None:
+        """The packed form of ``times``, or None when it cannot hold them exactly or would not save memory (too
+        few, not all positive and finite, decreasing, or a step wider than 6 bytes)."""
+        import numpy as np
+
+        if len(times) < PACK_MIN_TIMES:
+            return None
+        values = np.asarray(times, dtype=np.float64)
+        if not (np.isfinite(values).all() and values[0] > 0):
+            return None
+        steps = np.diff(values.view(np.int64))
+        if steps.min() < 0:
+            return None
+        largest = int(steps.max())
+        width = next((w for w in PACK_WIDTHS if largest < 1 << (8 * w)), 0)
+        if not width:
+            return None
+        held = steps.astype("<u8").view(np.uint8).reshape(-1, 8)[:, :width].tobytes()
+        return cls(int(values.view(np.int64)[0]), held, width)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        import numpy as np
+
+        n = len(self)
+        wide = np.zeros((n, 8), dtype=np.uint8)
+        wide[1:, : self._width] = np.frombuffer(self._steps, dtype=np.uint8).reshape(-1, self._width)
+        bits = wide.view("<i8").reshape(n)
+        bits[0] = self._first
+        values = np.cumsum(bits, out=bits).view(np.float64)
+        return values if dtype is None else values.astype(dtype, copy=False)
+
+    def __len__(self) -> int:
+        return len(self._steps) // self._width + 1
+
+    @overload
+    def __getitem__(self, index: int) -> float: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[float]: ...
+    def __getitem__(self, index: int | slice) -> float | list[float]:
+        if isinstance(index, slice):
+            return self.__array__()[index].tolist()
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError("PackedTimes index out of range")
+        return float(self.__array__()[index])
+
+    def __iter__(self) -> Iterator[float]:
+        return iter(self.__array__().tolist())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and len(other) == len(self) and list(self) == list(other)
+
+    def __hash__(self) -> int:
+        return hash(("PackedTimes", self._first, self._steps))
+
+    def __repr__(self) -> str:
+        return f"PackedTimes({list(self)!r})"
+
 @dataclass(slots=True)
 class RequestRecord:
     """Everything measured about one request; the unit shipped from workers to the master."""
@@ -128,13 +209,16 @@ class RequestRecord:
     queue_time = property(_metric.queue_time_s)
 
     def compact(self) -> None:
-        """Hold the chunk times and token counts as C arrays: 8 and 4 bytes an item instead of ~32 and 8 in a
-        list, and token counts that are all ones (most streams) as :class:`UnitCounts`. A run keeps every record
+        """Hold the chunk times and token counts compactly: times as :class:`PackedTimes` (4-6 bytes each, exact) or
+        a float64 array, counts as an int32 array instead of ~32 and 8 bytes an item in a list, and token counts that are all ones (most streams) as :class:`UnitCounts`. A run keeps every record
         until its metrics are computed; this makes a kept record ~3x smaller (docs/reliability.md, "Soak").
         Everything that reads them (indexing, ``len``, iteration, numpy) is unchanged; compact only a finished
         record (an array or ``UnitCounts`` takes no more chunks)."""
-        if not isinstance(self.chunk_times, array):
-            self.chunk_times = array("d", self.chunk_times)
+        if not isinstance(self.chunk_times, array | PackedTimes):
+            packed = PackedTimes.pack(self.chunk_times)
+            # 4 to 6 bytes a time where they can be held exactly so (docs/performance.md, master memory)
+            self.chunk_times = cast(MutableSequence[float], packed) if packed is not None else array(
+                "d", self.chunk_times)
         if isinstance(self.chunk_tokens, UnitCounts):
             return
         if not isinstance(self.chunk_tokens, array):
