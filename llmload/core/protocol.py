@@ -112,6 +112,9 @@ class Done(Payload):
     dispatched: int = 0
     leaving: bool = False
     health: dict[str, Any] | None = None
+    #: jobs it had taken when it sent this: fewer than the master sent means a job is still on its way and this
+    #: ``llm_done`` closes only the earlier ones (0: a worker that does not say)
+    jobs: int = 0
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,8 @@ class WorkerState:
     #: it stopped on its own (a signal to the worker) and said so in llm_done; ``left``: its rest was re-assigned
     leaving: bool = False
     left: bool = False
+    #: jobs sent to it this run (its first share, re-assigned parts, a newcomer's share)
+    jobs_sent: int = 0
 
     @property
     def name(self) -> str:
@@ -211,6 +213,9 @@ class BenchMaster:
         state = self.workers.get(msg.node_id)
         if state is not None:
             done = Done.from_data(msg.data)
+            if 0 < done.jobs < state.jobs_sent and not done.leaving:
+                # it finished before a re-assigned part reached it: that part is still to come
+                return
             state.done = True
             state.health = done.health
             state.leaving = done.leaving
@@ -324,4 +329,5 @@ class BenchMaster:
             closed = {"users": max(1, max_concurrency or 1), "think": job.think}
         message = Job(job_items(job.schedule, indices), job.start_wall, first=first, max_concurrency=max_concurrency,
                       stop_timeout=job.stop_timeout, run=job.run_config, closed=closed)
+        state.jobs_sent += 1
         self.runner.send_message(protocol.JOB, message.data(), client_id=state.client_id)

@@ -46,6 +46,8 @@ class BenchWorker:
         self.revoked: set[int] = set()
         #: requests of this run's jobs so far (every turn is one), and how many of them were released
         self.planned = 0
+        #: jobs taken in this run (said in llm_done, so the master knows which of its jobs it closes)
+        self.jobs_taken = 0
         self.released = 0
         runner.register_message(protocol.JOB, self._on_job)
         runner.register_message(protocol.STOP, self._on_stop)
@@ -74,7 +76,8 @@ class BenchWorker:
             # indices) and accounting do not apply to this one
             self.control = StopControl()
             self.revoked = set()
-            self.planned = self.released = 0
+            self.planned = self.released = self.jobs_taken = 0
+        self.jobs_taken += 1
         self._jobs.append(gevent.spawn(self._run_job, job))
         if self._flusher is None:
             self._flusher = gevent.spawn(self._flush_loop)
@@ -123,7 +126,7 @@ class BenchWorker:
         if not self._jobs:
             self.shipper.flush()
             done = Done(records=self.shipper.shipped, planned=self.planned, dispatched=self.released,
-                        leaving=self.leaving, health=health.report(tally.schedule_lags_s))
+                        leaving=self.leaving, health=health.report(tally.schedule_lags_s), jobs=self.jobs_taken)
             self.runner.send_message(protocol.DONE, done.data())
         user.pool.close()  # this job's connections: the next job builds its own user
 
