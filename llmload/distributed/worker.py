@@ -46,9 +46,9 @@ class BenchWorker:
         self.revoked: set[int] = set()
         #: requests of this run's jobs so far (every turn is one), and how many of them were released
         self.planned = 0
+        self.released = 0
         #: jobs taken in this run (said in llm_done, so the master knows which of its jobs it closes)
         self.jobs_taken = 0
-        self.released = 0
         runner.register_message(protocol.JOB, self._on_job)
         runner.register_message(protocol.STOP, self._on_stop)
         runner.register_message(protocol.REVOKE, self._on_revoke)

@@ -91,7 +91,8 @@ class PackedTimes(Sequence[float]):
         values = np.asarray(times, dtype=np.float64)
         if not (np.isfinite(values).all() and values[0] > 0):
             return None
-        steps = np.diff(values.view(np.int64))
+        bits = values.view(np.int64)
+        steps = np.diff(bits)
         if steps.min() < 0:
             return None
         largest = int(steps.max())
@@ -99,7 +100,7 @@ class PackedTimes(Sequence[float]):
         if not width:
             return None
         held = steps.astype("<u8").view(np.uint8).reshape(-1, 8)[:, :width].tobytes()
-        return cls(int(values.view(np.int64)[0]), held, width)
+        return cls(int(bits[0]), held, width)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
         import numpy as np
@@ -209,9 +210,10 @@ class RequestRecord:
     queue_time = property(_metric.queue_time_s)
 
     def compact(self) -> None:
-        """Hold the chunk times and token counts compactly: times as :class:`PackedTimes` (4-6 bytes each, exact) or
-        a float64 array, counts as an int32 array instead of ~32 and 8 bytes an item in a list, and token counts that are all ones (most streams) as :class:`UnitCounts`. A run keeps every record
-        until its metrics are computed; this makes a kept record ~3x smaller (docs/reliability.md, "Soak").
+        """Hold the chunk times and token counts compactly instead of ~32 and 8 bytes an item in a list: times as
+        :class:`PackedTimes` (4-6 bytes each, exact) or else a float64 array, counts as an int32 array, or as
+        :class:`UnitCounts` when all are ones (most streams). A run keeps every record until its metrics are
+        computed; this makes a kept record ~3x smaller (docs/reliability.md, "Soak").
         Everything that reads them (indexing, ``len``, iteration, numpy) is unchanged; compact only a finished
         record (an array or ``UnitCounts`` takes no more chunks)."""
         if not isinstance(self.chunk_times, array | PackedTimes):
