@@ -12,23 +12,17 @@ for a multi-turn sample, else null. A conversation travels whole: it stays on on
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from time import perf_counter
 from typing import Any
 
 from llmload.client.records import RequestRecord
+from llmload.client.transport.clock import clock_offset
 from llmload.core.protocol import RECORDS
 from llmload.core.schedule import Schedule, Scheduled
 from llmload.datasets.base import SampleRequest, Turn
 
 _TIME_FIELDS = ("start", "first_token", "first_answer_token", "intended_send", "dispatched_at")
-
-
-def clock_offset() -> float:
-    """``wall - perf_counter`` on this host: adding it turns a perf_counter time into wall-clock time."""
-    return time.time() - perf_counter()
 
 
 def records_message(records: list[dict[str, Any]], dispatched: list[int]) -> tuple[str, dict[str, Any]]:

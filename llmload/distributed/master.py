@@ -4,7 +4,6 @@ worker's share (:class:`WorkerState`, :func:`hand_over`) serves ``locust -f``'s 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -232,8 +231,8 @@ class BenchMaster:
         shares = split_concurrency(max_concurrency, n)
         # a master runs one job after another (a sweep's points): nothing of the last one carries over
         self.records, self.reassigned, self.workers = {}, set(), {}
-        job = _Job(run_config, schedule, perf_counter() + START_LEAD_S, time.time() + START_LEAD_S, stop_timeout,
-                   think)
+        start = perf_counter() + START_LEAD_S
+        job = _Job(run_config, schedule, start, start + clock_offset(), stop_timeout, think)
         self._index_of = schedule.index_of()
         for k, cid in enumerate(client_ids):
             state = WorkerState(cid, self.runner.get_worker_index(cid))

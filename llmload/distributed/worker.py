@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from time import perf_counter
 from typing import Any
@@ -14,7 +13,7 @@ from gevent.event import Event
 from llmload.core import protocol
 from llmload.core.conversation import request_count, turn_count
 from llmload.core.dispatch import StopControl, Tally
-from llmload.core.messages import job_requests
+from llmload.core.messages import clock_offset, job_requests
 from llmload.core.protocol import BATCH_INTERVAL_S, FREEZE_S, Done, Job, Revoke, Stop
 from llmload.core.run import send_share
 from llmload.core.schedule import Scheduled
@@ -115,7 +114,7 @@ class BenchWorker:
         requests = job_requests(job.items)
         self.planned += request_count(requests)
         self.control.stop_timeout = float(job.stop_timeout or 0.0)
-        start_at = perf_counter() + (job.start_wall - time.time())
+        start_at = job.start_wall - clock_offset()
         health = HealthMonitor(reactor=user.pool.reactor)
         health.start()
         try:

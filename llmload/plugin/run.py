@@ -248,7 +248,7 @@ class LocustRun(ClusterRole, RunState):
 
     def _begin(self, plan: Job) -> None:
         """Start sending this process's share: the dispatcher (open loop) or the users' queue (closed loop)."""
-        self.start = perf_counter() + (plan.start_wall - time.time())
+        self.start = plan.start_wall - clock_offset()
         index, count = (int(n) for n in plan.part)
         if self.role == "worker":
             self.share = self._requests_from_plan(plan)

@@ -71,7 +71,7 @@ def _hist_and_box(plt, stats: list[RunStats], attr: str, title: str, xlabel: str
             ax.axvline(np.median(d), color=colour(i), linestyle=":", linewidth=1)
     ax.set(title=f"{title} histogram (dotted: median)", xlabel=xlabel, ylabel="requests")
     _legend(ax, stats)
-    box = bx.boxplot([d if len(d) else [0.0] for d in data], vert=True, patch_artist=True, showfliers=True,
+    box = bx.boxplot([d if len(d) else [0.0] for d in data], patch_artist=True, showfliers=True,
                      flierprops={"markersize": 2})
     for i, patch in enumerate(box["boxes"]):
         patch.set_facecolor(colour(i))

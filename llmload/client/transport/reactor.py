@@ -12,16 +12,15 @@ Socket errors are handed to the request's greenlet as they are: :class:`llmload.
 
 from __future__ import annotations
 
-import math
 import os
 import select
 import socket
 import struct
-import time
 import weakref
 from time import perf_counter
 from typing import Any
 
+from llmload.client.transport.clock import clock_offset
 from llmload.client.transport.errors import ListenerError, TransportError, read_timed_out, request_timed_out
 from llmload.client.transport.parser import ResponseParser
 
@@ -93,7 +92,7 @@ class Reactor:
         self.waiting: dict[int, _Waiting] = {}
         self._watchdog: Any = None
         #: CLOCK_REALTIME - perf_counter, to move kernel timestamps onto perf_counter's clock
-        self.clock_offset = _clock_offset()
+        self.clock_offset = clock_offset()
         #: histogram of read lag (our read - kernel arrival): index = 0.1 ms buckets, last = 1 s or more
         self.read_lag = [0] * _LAG_BUCKETS
 
@@ -229,7 +228,7 @@ class Reactor:
 
     def _check_timeouts(self) -> None:
         """Fail requests that received nothing for their read timeout, or ran past their request timeout."""
-        self.clock_offset = _clock_offset()
+        self.clock_offset = clock_offset()
         now = perf_counter()
         for fd, w in list(self.waiting.items()):
             conn = w.conn
@@ -303,15 +302,3 @@ def _epoll_type() -> Any:
         return get_original("select", "epoll")
     except (ImportError, AttributeError):
         return getattr(select, "epoll", None)
-
-
-def _clock_offset() -> float:
-    """``time.time() - perf_counter()``, from the tightest of a few back-to-back readings."""
-    best = (math.inf, 0.0)
-    for _ in range(5):
-        a = perf_counter()
-        wall = time.time()
-        b = perf_counter()
-        if b - a < best[0]:
-            best = (b - a, wall - (a + b) / 2)
-    return best[1]
