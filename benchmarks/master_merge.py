@@ -3,7 +3,8 @@
 Builds record batches exactly as a worker ships them (``BatchShipper`` → one ``llm_records`` message of
 ``RequestRecord.to_dict()`` rows, ``--chunks`` chunks each), then times the master's part of each batch in this
 process: decoding the message (``core.messages.read_records_message``, the clock shift included), compacting each
-record and keeping it (what ``BenchMaster._on_records`` does per record). Reports records/s the master can take on
+record, keeping it and writing it to the records journal, which then holds its text (what
+``BenchMaster._on_records`` does per record; ``--no-journal``: the master before the journal). Reports records/s the master can take on
 one core, CPU µs per record, and the bytes each kept record holds (``tracemalloc``), split by what holds them.
 The messages' transport (msgpack over ZeroMQ, done by Locust) is not included.
 
@@ -23,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from llmload.client.records import RequestRecord
+from llmload.client.records.journal import RecordJournal
 from llmload.core.messages import clock_offset, read_records_message, records_message
 
 #: where this machine's perf_counter is now: how many bytes a packed chunk time takes depends on it
@@ -45,7 +47,12 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--chunks", type=int, default=200, help="chunks (tokens) per request")
     parser.add_argument("--batch", type=int, default=50, help="records per llm_records message (0.25 s of them)")
+    parser.add_argument("--no-journal", dest="journal", action="store_false",
+                        help="keep every text in memory (no records journal), as the master did before it")
     args = parser.parse_args()
+
+    def new_journal() -> RecordJournal | None:
+        return RecordJournal(None, print) if args.journal else None
 
     batches = []
     for start in range(0, args.records, args.batch):
@@ -54,17 +61,22 @@ def main() -> None:
     mine = clock_offset()
 
     kept: dict[tuple[int, int], RequestRecord] = {}
+    journal = new_journal()
     cpu0, wall0 = time.process_time(), time.perf_counter()
     for data in batches:
         for r in read_records_message(data, mine).records:
             r.compact()
             kept[(int(r.request_id), r.turn)] = r
+            if journal is not None:
+                journal.add(r)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
     n = len(kept)
+    print(f"{'with' if args.journal else 'without'} the records journal")
     print(f"{n:,} records of {args.chunks} chunks in batches of {args.batch}: {n / cpu:,.0f} records/s on one core "
           f"({cpu / n * 1e6:.1f} µs CPU per record, {wall:.2f} s wall)")
 
     kept.clear()
+    journal = new_journal()
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
     for data in batches:
@@ -72,6 +84,8 @@ def main() -> None:
         for r in read_records_message(fresh, mine).records:
             r.compact()
             kept[(int(r.request_id), r.turn)] = r
+            if journal is not None:
+                journal.add(r)
         del fresh
     after = tracemalloc.take_snapshot()
     diff = after.compare_to(before, "lineno")

@@ -17,14 +17,14 @@ from llmload.core.schedule import Schedule
 from llmload.errors import ConfigError, LLMLoadError
 
 
-def run_single(user: Any, run: Run, interrupts: Any, on_record: Any) -> Outcome:
+def run_single(user: Any, run: Run, interrupts: Any, on_record: Any, journal: Any) -> Outcome:
     """The run in this process: :func:`llmload.core.run.send_share` over the whole schedule."""
     from llmload.core.dispatch import StopControl
     from llmload.core.sink import RecordList
 
     config = run.config
     assert isinstance(run.schedule, Schedule)
-    sink = RecordList()
+    sink = RecordList(journal)
     sink.listeners.append(on_record)
     control = StopControl(interrupts.stop, interrupts.force, config.stop_timeout)
     tally = send_share(run.schedule.entries, lambda _: user, sink, control=control,
@@ -206,6 +206,7 @@ def execute(plan: RunPlan, run: Run, user: Any, env: Any, interrupts: Any, stack
                             ramp_up_strategy=args.ramp_up_strategy, ramp_up_start_rps=args.ramp_up_start_rps,
                             ramp_up_end_rps=args.ramp_up_end_rps), flush=True)
     from llmload.bench.observing import bench_observer
+    from llmload.bench.outputs import open_journal
     from llmload.exporter.wiring import bench_exporter
 
     observer = bench_observer(plan, run.target.base_url, env, master, interrupts)
@@ -213,6 +214,7 @@ def execute(plan: RunPlan, run: Run, user: Any, env: Any, interrupts: Any, stack
     progress = Progress(run.planned)
     on_record = live.chain(lambda record: (observer.on_record(record), progress.on_record(record)))
     health = HealthMonitor(reactor=user.pool.reactor)
+    journal = open_journal(plan)
     interrupts.raise_if_interrupted()
     interrupts.start_run(args.stop_timeout)
     if not args.disable_tqdm:
@@ -222,16 +224,16 @@ def execute(plan: RunPlan, run: Run, user: Any, env: Any, interrupts: Any, stack
     try:
         with quiet_gc():
             if master is None:
-                outcome = run_single(user, run, interrupts, on_record)
+                outcome = run_single(user, run, interrupts, on_record, journal)
             else:
-                master.bench.on_record = on_record
+                master.bench.on_record, master.bench.journal = on_record, journal
                 outcome = master.run(run_config(plan, run.target), run.schedule, interrupts, args)
     finally:
         observed = observer.finish()
         health.stop()
         if not args.disable_tqdm:
             progress.stop()
-    outcome.observed = observed
+    outcome.observed, outcome.journal = observed, journal
     interrupts.start_report()
     # with --request-rate inf every request is due at once: how long spawning them took is not client lag
     report = health.report(outcome.schedule_lags_s if plan.config.spec.open_loop_lag_counts else None)

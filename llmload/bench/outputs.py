@@ -4,6 +4,7 @@ the exit code (docs/reliability.md)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import dataclass
 from datetime import datetime
@@ -114,6 +115,30 @@ def result_data(done: Finished, metrics: Any, records: list, health_report: dict
                  detailed=detailed_lists(records, metrics) if args.save_detailed else None)
 
 
+def journal_path(args: argparse.Namespace) -> Path:
+    """Where a saved run's records journal goes: beside the result, named after it when its name is known."""
+    name = args.result_filename or ""
+    stem = name[:-5] if name.endswith(".json") else name
+    return Path(args.result_dir) / f"{stem or f'llmload-{os.getpid()}'}.journal.jsonl"
+
+
+def open_journal(plan: RunPlan) -> Any:
+    """The run's :class:`~llmload.client.records.journal.RecordJournal`: beside the result when the run is saved
+    (a run that dies leaves its records there), else an unnamed temporary file that only holds the texts."""
+    from llmload.client.records.journal import RecordJournal
+
+    path = journal_path(plan.args) if plan.save else None
+    try:
+        journal = RecordJournal(path, log)
+    except OSError as exc:
+        log(f"warning: cannot open the records journal {path or ''}: {exc.strerror or exc}; the records stay in "
+            "memory")
+        return None
+    if path is not None:
+        log(f"Records are written to {path} as they arrive (removed once the records file is written)")
+    return journal
+
+
 def _save(done: Finished, data: dict[str, Any], records: list) -> tuple[bool, tuple[Path | None, Path | None]]:
     """Write the result JSON, then the records; a failure of one is one line on stderr and never stops the
     other. Returns whether both were written, and the paths that were."""
@@ -132,12 +157,17 @@ def _save(done: Finished, data: dict[str, Any], records: list) -> tuple[bool, tu
     except OSError as exc:
         log(f"error: cannot write the result JSON {path}: {exc.strerror or exc}")
         ok = False
+    journal = done.outcome.journal
     try:
         write_records(rec_path, records, args.records_format)
     except OSError as exc:
+        kept = (f"; every record is in {journal.path}" if journal is not None and journal.path is not None
+                and journal.complete else "")
         log(f"error: cannot write every record to {rec_path}: {exc.strerror or exc} (the lines written are "
-             "complete records)")
+             f"complete records{kept})")
         return False, (path if ok else None, None)
+    if journal is not None:
+        journal.remove()
     save_series(done.outcome.observed, rec_path, log)
     if ok:
         log(f"Saved result to {path} and {len(records)} request records to {rec_path}")

@@ -15,7 +15,7 @@ def finish_records(records: Iterable[RequestRecord], tokenizer: Any) -> list[Req
     ordered = sorted(records, key=lambda r: r.intended_send or 0.0)
     for r in ordered:
         if r.output_tokens_source == "pending" and tokenizer is not None:
-            r.output_tokens = len(tokenizer(r.generated_text, add_special_tokens=False).input_ids)
+            r.output_tokens = len(tokenizer(r.text(), add_special_tokens=False).input_ids)
             r.output_tokens_source = "tokenizer"
     return ordered
 

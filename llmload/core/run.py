@@ -159,6 +159,8 @@ class Outcome:
     interrupted_by: int | None = None
     #: the server's scraped metrics and the saturation verdict (:class:`llmload.core.observe.Observed`)
     observed: Any = None
+    #: where the records were written as they arrived (:class:`llmload.client.records.journal.RecordJournal`)
+    journal: Any = None
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from llmload.client.records import RequestRecord
+from llmload.client.records.journal import RecordJournal
 from llmload.core.messages import records_message
 
 
@@ -20,23 +21,29 @@ class RecordSink(Protocol):
 
 
 class RecordList:
-    """Keeps every record of a run in this process and tells listeners (progress, live views) of each."""
+    """Keeps every record of a run in this process, tells listeners (progress, live views) of each, and writes
+    each to ``journal`` when there is one (which then holds its text: docs/reliability.md, "Records journal")."""
 
-    def __init__(self) -> None:
+    def __init__(self, journal: RecordJournal | None = None) -> None:
         self.records: list[RequestRecord] = []
         self.listeners: list[Callable[[RequestRecord], None]] = []
+        self.journal = journal
 
     def add(self, record: RequestRecord) -> None:
         record.compact()
         self.records.append(record)
         for listener in self.listeners:
             listener(record)
+        if self.journal is not None:
+            self.journal.add(record)
 
     def __len__(self) -> int:
         return len(self.records)
 
-    def clear(self) -> None:
+    def clear(self, journal: RecordJournal | None = None) -> None:
+        """Forget the records (a new test starts) and write the next ones to ``journal``."""
         self.records.clear()
+        self.journal = journal
 
 
 class BatchShipper:

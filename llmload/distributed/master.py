@@ -13,6 +13,7 @@ import gevent
 from gevent.event import Event
 
 from llmload.client.records import RequestRecord
+from llmload.client.records.journal import RecordJournal
 from llmload.core import protocol
 from llmload.core.conversation import request_count
 from llmload.core.messages import clock_offset, job_items, read_records_message
@@ -137,6 +138,8 @@ class BenchMaster:
                  token: str | None = None, log: Callable[[str], None] = print) -> None:
         self.runner = runner
         self.on_record = on_record
+        #: where each record received is written as it arrives (docs/reliability.md, "Records journal")
+        self.journal: RecordJournal | None = None
         self.log = log
         #: which workers proved they hold the cluster token (all of them when there is none)
         self.gate = TokenGate(runner, token, log)
@@ -205,6 +208,8 @@ class BenchMaster:
                 state.received.add(index)
             if self.on_record is not None:
                 self.on_record(record)
+            if self.journal is not None:
+                self.journal.add(record)
         if state is not None:
             state.dispatched.update(batch.dispatched)
 

@@ -74,6 +74,6 @@ def detailed_lists(records: Sequence[RequestRecord], metrics: BenchmarkMetrics |
         "output_lens": list(output_lens),
         "ttfts": [t if (t := ttft_s(r)) is not None else 0.0 for r in records],
         "itls": [itls_s(r) for r in records],
-        "generated_texts": [r.generated_text for r in records],
+        "generated_texts": [r.text() for r in records],
         "errors": [r.error for r in records],
     }

@@ -1,5 +1,5 @@
 """The end of a ``locust -f`` run: the summary ``llmload bench`` prints, with the run's accounting, and the
-records file (``--llm-records``)."""
+records file (``--llm-records``) and its journal."""
 
 from __future__ import annotations
 
@@ -59,6 +59,22 @@ def _class_slos(run: Any) -> dict[str, dict[str, float]] | None:
     return slos or None
 
 
+def open_journal(opts: Any) -> Any:
+    """``--llm-records``' journal (:class:`~llmload.client.records.journal.RecordJournal`): each record written
+    beside the records file as it arrives, so a run that dies leaves them there; without it, an unnamed
+    temporary file that only holds the texts. None (records in memory) when it cannot be opened."""
+    from llmload.client.records.journal import RecordJournal
+
+    records = getattr(opts, "llm_records", "")
+    path = Path(records).with_suffix(".journal.jsonl") if records else None
+    try:
+        return RecordJournal(path, tell)
+    except OSError as exc:
+        tell(f"warning: cannot open the records journal {path or ''}: {exc.strerror or exc}; the records stay in "
+             "memory")
+        return None
+
+
 def print_summary(run: Any) -> None:
     """The summary ``llmload bench`` prints, from the run core's metrics (:meth:`llmload.core.run.Run.finish`),
     with this run's accounting; then ``--llm-result`` and ``--llm-records``."""
@@ -92,7 +108,17 @@ def print_summary(run: Any) -> None:
         from llmload.client.records.file import write_records
         from llmload.core.observe import save_series
 
-        write_records(Path(path), records)
+        journal = run.records.journal
+        try:
+            write_records(Path(path), records)
+        except OSError as exc:
+            kept = (f"; every record is in {journal.path}" if journal is not None and journal.path is not None
+                    and journal.complete else "")
+            tell(f"error: cannot write every record to {path}: {exc.strerror or exc} (the lines written are "
+                 f"complete records{kept})")
+            return
+        if journal is not None:
+            journal.remove()
         tell(f"wrote {len(records)} request records to {path}")
         save_series(observed, Path(path), tell)
 

@@ -44,6 +44,7 @@ from llmload.options import option_value
 from llmload.plugin import tell
 from llmload.plugin.cluster import ClusterRole
 from llmload.plugin.observing import finish_observer, health_report, say, start_observer, watch_health
+from llmload.plugin.report import open_journal
 
 #: a rate change applies this far in the schedule's future, so every worker hears of it first
 STEER_LEAD_S = 0.5
@@ -176,14 +177,14 @@ class LocustRun(ClusterRole, RunState):
         self._more, self._more_dispatched, self._share_sent = [], 0, False
         try:
             if self.role == "master":
-                self.records.clear()
+                self.records.clear(open_journal(self.options))
                 self.reports.clear()
                 self._finished_workers.clear()
                 self.prepare()  # the web UI's start form may have changed the options
                 self._send_plans()
                 self.observer = start_observer(self)
             elif self.role == "local":
-                self.records.clear()
+                self.records.clear(open_journal(self.options))
                 self.prepare()
                 watch_health(self)
                 self._begin(self._local_plan())

@@ -167,7 +167,7 @@ def without_warmup(outcome: Outcome, schedule: Any, warmup: int) -> Outcome:
         duration = max(1e-9, outcome.duration - max(0.0, min(r.start for r in kept) - run_start))
     lags = [lag for r in kept if (lag := r.schedule_lag) is not None] if outcome.schedule_lags_s else []
     return Outcome(kept, duration, lags, outcome.unsent, outcome.workers, outcome.lost,
-                   interrupted_by=outcome.interrupted_by, observed=outcome.observed)
+                   interrupted_by=outcome.interrupted_by, observed=outcome.observed, journal=outcome.journal)
 
 
 def _goodput_fraction(metrics: Any) -> float | None:

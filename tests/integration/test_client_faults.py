@@ -328,6 +328,7 @@ def test_disk_full_while_writing_records(start_sim, procs, tmp_path: Path) -> No
     # measure: how big the result JSON and the records file of this workload are
     rc, _, stderr, free_dir = bench("unlimited", None)
     assert rc == 0, stderr[-3000:]
+    assert not (free_dir / "run.journal.jsonl").exists(), "the journal outlived the records file"
     json_size = (free_dir / "run.json").stat().st_size
     records_size = (free_dir / "run.records.jsonl").stat().st_size
     # room for the result JSON (with a wide margin) but for only about half the records
@@ -354,3 +355,11 @@ def test_disk_full_while_writing_records(start_sim, procs, tmp_path: Path) -> No
         record = json.loads(line)  # a half-written line would not parse
         assert record["success"] and record["request_id"], n
     assert not list(full_dir.glob("*.tmp")), "a temporary file was left behind"
+    # the records journal hit the limit first: one warning, the run went on with its texts in memory (every
+    # record written has its text), and the journal is kept, ending after a whole line
+    journal = full_dir / "run.journal.jsonl"
+    warnings = [line for line in stderr.splitlines() if line.startswith("warning: cannot write the records journal")]
+    assert len(warnings) == 1 and str(journal) in warnings[0], stderr[-3000:]
+    assert all(json.loads(line)["generated_text"] for line in lines)
+    kept = journal.read_bytes()
+    assert kept.endswith(b"\n") and all(json.loads(line)["success"] for line in kept.splitlines())

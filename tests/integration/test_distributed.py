@@ -291,6 +291,9 @@ def test_worker_killed_mid_run_is_reported_and_its_records_kept(procs, tmp_path:
     assert len(run.records) + lost == KILL_PROMPTS, (len(run.records), lost)
     assert run.result["not_sent"] == 0
     assert all(r["success"] for r in run.records), [r["error"] for r in run.records if not r["success"]][:3]
+    # with their texts (held in the master's records journal during the run, which is gone now)
+    assert all(r["generated_text"] for r in run.records)
+    assert not list((tmp_path / "kill").glob("*.journal.jsonl")), sorted((tmp_path / "kill").iterdir())
     by_worker = Counter(r["worker"] for r in run.records)
     assert by_worker["worker1"] == workers["worker1"]["records"] >= 1, by_worker
     assert by_worker["worker0"] == workers["worker0"]["records"], by_worker

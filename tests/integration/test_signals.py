@@ -29,7 +29,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from support import end_process, llmload_command, offline_env
+from support import end_process, llmload_command, match_trace, offline_env, trace_lines
 
 MARK_VAR = "SIGTEST_MARK"
 #: the generous bound for "exits promptly" on a busy 2-core machine
@@ -332,6 +332,8 @@ def test_signal_mid_run_saves_partial_result(bench, tmp_path: Path, sig: int, pr
     _assert_clean_exit(run, sig, rc)
     result, records = _result(tmp_path, run)
     _assert_accounted(result, records, 40, sig, run)
+    # the records file holds them all, so the journal that held them during the run is gone
+    assert not list((tmp_path / "result").glob("*.journal.jsonl")), run.describe()
     assert result["not_sent"] > 0, f"the signal came after every request was sent\n{run.describe()}"
     assert result["completed"] > 0, run.describe()
     _assert_gone(run, [sim_pid])
@@ -424,3 +426,33 @@ def test_sigkill_takes_the_children_along(bench, processes: int) -> None:
     os.kill(run.pid, signal.SIGKILL)
     assert run.proc.wait(timeout=PROMPT_S) == -signal.SIGKILL
     _assert_gone(run, [sim_pid, *workers])
+
+
+@pytest.mark.parametrize("processes", [1, 2], ids=["1-process", "2-processes"])
+@pytest.mark.slow
+def test_sigkill_leaves_every_record_received_in_the_journal(bench, tmp_path: Path, processes: int) -> None:
+    """Old behaviour: the records lived only in memory until the end, and a killed run left none of them."""
+    trace = tmp_path / "trace.jsonl"
+    journal = tmp_path / "result" / "run.journal.jsonl"
+    extra = ("--processes", str(processes)) if processes > 1 else ()
+    run = bench("--sim-args", f"--ttft-ms 50 --itl-ms 20 --trace-file {trace}", "--dataset-name", "random",
+                "--random-input-len", "32", "--random-output-len", "20", "--ignore-eos", "--num-prompts", "200",
+                "--request-rate", "10", "--seed", "1", "--disable-tqdm", *extra, "--save-result", "--result-dir",
+                str(tmp_path / "result"), "--result-filename", "run.json")
+    run.wait_stderr(re.escape(f"Records are written to {journal} as they arrive"))
+    wait_until(lambda: journal.exists() and journal.read_bytes().count(b"\n") >= 8, 90, "8 records in the journal")
+    os.kill(run.pid, signal.SIGKILL)
+    assert run.proc.wait(timeout=PROMPT_S) == -signal.SIGKILL
+    assert not (tmp_path / "result" / "run.records.jsonl").exists(), run.describe()
+    # every line is a whole record (a half-written one would not parse), each measured as the server sent it
+    data = journal.read_bytes()
+    assert data.endswith(b"\n"), data[-300:]
+    records = [json.loads(line) for line in data.splitlines()]
+    assert len(records) >= 8 and len({r["request_id"] for r in records}) == len(records)
+    assert all(r["success"] and r["output_tokens"] == 20 and len(r["chunk_times"]) == 20 and r["generated_text"]
+               for r in records), records[0]
+    assert all(len(line["chunks"]) == 20 for _, line in match_trace(records, trace_lines(trace)))
+    # and it reads back as a records file (what llmload report takes)
+    from llmload.client.records.file import read_records
+
+    assert [r.request_id for r in read_records(journal)] == [r["request_id"] for r in records]

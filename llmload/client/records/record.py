@@ -11,6 +11,7 @@ key its default (``user_class`` ``""``) and ignores keys it does not know.
 
 from __future__ import annotations
 
+import sys
 from array import array
 from collections.abc import Iterator, MutableSequence, Sequence
 from dataclasses import dataclass, field, fields
@@ -140,6 +141,22 @@ class PackedTimes(Sequence[float]):
     def __repr__(self) -> str:
         return f"PackedTimes({list(self)!r})"
 
+class HeldText:
+    """Where a record's generated text is when its keeper moved it out of memory: ``length`` bytes of a JSON
+    string at ``offset`` of a :class:`~llmload.client.records.journal.RecordJournal`."""
+
+    __slots__ = ("journal", "length", "offset")
+
+    def __init__(self, journal: Any, offset: int, length: int) -> None:
+        self.journal = journal
+        self.offset = offset
+        self.length = length
+
+    def read(self) -> str:
+        text: str = self.journal.read_text(self.offset, self.length)
+        return text
+
+
 @dataclass(slots=True)
 class RequestRecord:
     """Everything measured about one request; the unit shipped from workers to the master."""
@@ -196,6 +213,13 @@ class RequestRecord:
     reasoning_text: str = ""
     #: the workload this request belongs to (the Locust user class's name); ``by_class`` metrics need two
     user_class: str = ""
+    #: set when the records journal holds the generated text instead of ``generated_text`` (not a column of the
+    #: records file: :meth:`to_dict` writes the text itself)
+    held_text: HeldText | None = field(default=None, repr=False, compare=False)
+
+    def text(self) -> str:
+        """The generated text, read back from the records journal when it was moved there."""
+        return self.generated_text if self.held_text is None else self.held_text.read()
 
     @property
     def end(self) -> float | None:
@@ -215,7 +239,11 @@ class RequestRecord:
         :class:`UnitCounts` when all are ones (most streams). A run keeps every record until its metrics are
         computed; this makes a kept record ~3x smaller (docs/reliability.md, "Soak").
         Everything that reads them (indexing, ``len``, iteration, numpy) is unchanged; compact only a finished
-        record (an array or ``UnitCounts`` takes no more chunks)."""
+        record (an array or ``UnitCounts`` takes no more chunks). The labels a run repeats on every record
+        (backend, worker, class, how the output was counted) become one shared string each, not one per
+        record as they come off the wire."""
+        for name in _LABELS:
+            setattr(self, name, sys.intern(getattr(self, name)))
         if not isinstance(self.chunk_times, array | PackedTimes):
             packed = PackedTimes.pack(self.chunk_times)
             # 4 to 6 bytes a time where they can be held exactly so (docs/performance.md, master memory)
@@ -234,13 +262,18 @@ class RequestRecord:
         out = {f.name: getattr(self, f.name) for f in _FIELDS}
         out["chunk_times"] = list(self.chunk_times)
         out["chunk_tokens"] = list(self.chunk_tokens)
+        if self.held_text is not None:
+            out["generated_text"] = self.held_text.read()
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RequestRecord:
         """The record :meth:`to_dict` wrote; keys it lacks take their defaults, unknown keys are ignored."""
-        names = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in data.items() if k in names})
+        return cls(**{k: v for k, v in data.items() if k in _NAMES})
 
 
-_FIELDS = fields(RequestRecord)
+#: the fields a record file holds (every one but where a text is held)
+_FIELDS = tuple(f for f in fields(RequestRecord) if f.name != "held_text")
+_NAMES = frozenset(f.name for f in _FIELDS)
+#: string fields with a few values per run, shared by :meth:`RequestRecord.compact`
+_LABELS = ("backend", "output_tokens_source", "failure_kind", "worker", "user_class", "conversation_end")
