@@ -6,7 +6,8 @@ prefix-cache hit rate to the table, a "Server metrics" table, and their running/
 figure.
 
 Each RUN is a result JSON written by 'llmload bench --save-result' (records file next to it) or by vLLM's
-benchmark_serving.py --save-detailed; both kinds can be mixed.
+benchmark_serving.py --save-detailed, or a records file or records journal alone (.jsonl/.parquet); the kinds can
+be mixed.
 
 Sweeps ('llmload sweep': each RUN a sweep.json or the directory holding it) compare the same way: each sweep's
 answer side by side (with its difference to the baseline's), the points of each, and the sweep figures
@@ -29,7 +30,8 @@ from llmload import argtypes
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", metavar="RUN",
-                        help="result JSONs (llmload or vLLM --save-detailed), or sweeps (sweep.json or its directory)")
+                        help="result JSONs (llmload or vLLM --save-detailed), records files or journals (.jsonl, "
+                             ".parquet), or sweeps (sweep.json or its directory)")
     parser.add_argument("--output", "-o", metavar="DIR", default="llmload-compare",
                         help="directory for the comparison (default: %(default)s)")
     parser.add_argument("--baseline", metavar="RUN",

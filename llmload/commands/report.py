@@ -3,7 +3,9 @@ PNGs, the headline table (terminal, Markdown, CSV) and automatic findings with t
 stall, ITL vs TPOT and why they differ, a heavy TTFT tail, client saturation, failures.
 
 RUN is a result JSON written by 'llmload bench --save-result' (with its .records.jsonl next to it) or by
-vLLM's benchmark_serving.py --save-detailed (figures over time are skipped: it has no timestamps).
+vLLM's benchmark_serving.py --save-detailed (figures over time are skipped: it has no timestamps), or a records
+file or records journal alone (.jsonl/.parquet: what a run killed before its end leaves; the duration is the
+records' span).
 
 When the run scraped the server's /metrics (RUN's .server_metrics.jsonl next to its records), the report adds
 "Server and client over time" (client throughput and latency, the server's running/waiting requests and KV-cache
@@ -33,7 +35,8 @@ from llmload import argtypes
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run", metavar="RUN",
-                        help="result JSON (llmload or vLLM --save-detailed), or a sweep (sweep.json or its directory)")
+                        help="result JSON (llmload or vLLM --save-detailed), a records file or journal alone (.jsonl, "
+                             ".parquet), or a sweep (sweep.json or its directory)")
     parser.add_argument("--output", "-o", metavar="DIR", default="llmload-report",
                         help="directory for the report (default: %(default)s)")
     parser.add_argument("--label", help="name of the run in the report (default: its label or file name)")

@@ -160,6 +160,27 @@ def _from_records(data: dict[str, Any], path: Path, records_path: Path) -> Run:
     return run
 
 
+def _from_records_alone(path: Path) -> Run:
+    """A records file or records journal without its result JSON (a run that died: docs/reliability.md,
+    "Records journal"): the duration is the records' span, from the first start to the last chunk."""
+    if not path.exists():
+        raise DatasetError(f"{path}: no such file")
+    label = path.name.split(".")[0] or path.name
+    run = _from_records({"duration": 1.0, "label": label}, path, path)
+    # a journal holds a record a frozen worker sent twice twice: the last one counts, as in the records file
+    run.records = list({r.request_id: r for r in run.records}.values())
+    starts = [r.start for r in run.records]
+    ends = [r.end if r.end is not None else r.start for r in run.records]
+    run.duration = max(max(ends) - min(starts), 1e-9)
+    run.summary = {"label": label}
+    run.notes.append(f"{path.name} is read without a result JSON: the duration is the records' span "
+                     f"({run.duration:.1f} s), and what only the result says (settings, server, health) is not "
+                     "shown.")
+    if not any(r.success and not r.cut_off for r in run.records):
+        raise DatasetError(f"{path}: no successful requests in this run; nothing to report")
+    return run
+
+
 #: a series with no scrape within this many seconds of the records' span is on another clock
 _CLOCK_SLACK_S = 60.0
 
@@ -248,6 +269,11 @@ def _from_detailed(data: dict[str, Any], path: Path) -> Run:
 def load_run(path: str | Path, label: str | None = None) -> Run:
     """Read one RUN (see the module docstring); raise :class:`DatasetError` with one line if unusable."""
     path = Path(path)
+    if path.suffix in (".jsonl", ".parquet"):
+        run = _from_records_alone(path)
+        if label:
+            run.label = label
+        return run
     data = _read_json(path)
     ours = any(k in data for k in _OUR_KEYS)
     records_path = records_file_for(path) if ours else None

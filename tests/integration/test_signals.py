@@ -452,7 +452,8 @@ def test_sigkill_leaves_every_record_received_in_the_journal(bench, tmp_path: Pa
     assert all(r["success"] and r["output_tokens"] == 20 and len(r["chunk_times"]) == 20 and r["generated_text"]
                for r in records), records[0]
     assert all(len(line["chunks"]) == 20 for _, line in match_trace(records, trace_lines(trace)))
-    # and it reads back as a records file (what llmload report takes)
-    from llmload.client.records.file import read_records
+    # and llmload report reads it as a run of its own
+    from llmload.report.loader import load_run
 
-    assert [r.request_id for r in read_records(journal)] == [r["request_id"] for r in records]
+    run = load_run(journal)
+    assert [r.request_id for r in run.records] == [r["request_id"] for r in records] and run.duration > 0

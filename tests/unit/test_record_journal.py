@@ -140,3 +140,19 @@ def test_a_full_disk_stops_the_journal_with_one_warning_and_loses_nothing(tmp_pa
     lines = data.splitlines()
     assert len(lines) == seen["journaled"]
     assert [orjson.loads(line)["request_id"] for line in lines] == [f"r{k}" for k in range(len(lines))]
+
+
+def test_llmload_report_reads_a_journal_alone(tmp_path: Path) -> None:
+    from llmload.report.loader import load_run
+
+    path = tmp_path / "run.journal.jsonl"
+    journal = RecordJournal(path, print)
+    records = [_record(k, f"answer {k}") for k in range(4)]
+    for r in [*records, _record(2, "answer 2 again")]:  # a frozen worker's record, sent twice
+        journal.add(r)
+    run = load_run(path)
+    assert [r.request_id for r in run.records] == ["r0", "r1", "r2", "r3"]
+    assert run.records[2].text() == "answer 2 again"
+    first, last = min(r.start for r in records), max(r.chunk_times[-1] for r in records)
+    assert abs(run.duration - (last - first)) < 1e-9
+    assert any("without a result JSON" in note for note in run.notes)
