@@ -14,7 +14,9 @@ METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
 #: ``--ttft-rule``: which streamed event counts as the first token (content: first text; vllm: first choices)
 TTFT_RULES = ("content", "vllm")
 #: ``--trace-format``: the trace files ``--dataset-name trace`` reads
-TRACE_FORMATS = ("azure", "burstgpt", "jsonl")
+TRACE_FORMATS = ("azure", "burstgpt", "jsonl", "mooncake")
+#: ``--dataset-name`` values that replay a trace: ``mooncake`` and vLLM's ``timed_trace`` read Mooncake's JSONL
+TRACE_DATASETS = ("trace", "mooncake", "timed_trace")
 #: ``--ramp-up-strategy``: vLLM's ramp-up shapes
 RAMP_UP_STRATEGIES = ("linear", "exponential")
 #: ``--records-format``: the per-request records file next to a result JSON
@@ -27,5 +29,5 @@ HISTORY_MODES = ("recorded", "live")
 #: ``--context-policy``: what happens to a turn over ``--max-context-tokens``
 CONTEXT_POLICIES = ("end", "truncate")
 
-__all__ = ["ARRIVALS", "CONTEXT_POLICIES", "HISTORY_MODES", "RAMP_UP_STRATEGIES", "RECORDS_FORMATS", "TRACE_FORMATS",
+__all__ = ["ARRIVALS", "CONTEXT_POLICIES", "HISTORY_MODES", "RAMP_UP_STRATEGIES", "RECORDS_FORMATS", "TRACE_DATASETS", "TRACE_FORMATS",
            "TTFT_RULES"]

@@ -10,6 +10,7 @@ from typing import Any
 
 from llmload.bench.console import log
 from llmload.core.run import RunConfig
+from llmload.core.workload import replays_trace
 from llmload.errors import ConfigError
 from llmload.options import api_key, cluster_token
 from llmload.urls import redact_url, secrets_in
@@ -65,12 +66,13 @@ class RunPlan:
         if args.master and not args.expect_workers:
             raise ConfigError("--master needs --expect-workers N (N >= 1)")
         self.use_sim = self.base_url is None
+        trace = replays_trace(args)
         if args.dataset_name in ("trace", "custom") and not args.dataset_path:
-            what = "an Azure/BurstGPT CSV or a JSONL trace" if args.dataset_name == "trace" else "a JSONL file"
+            what = "an Azure/BurstGPT CSV or a JSONL trace" if trace else "a JSONL file"
             raise ConfigError(f"--dataset-name {args.dataset_name} needs --dataset-path ({what})")
         if args.dataset_path and not Path(args.dataset_path).is_file():
             raise ConfigError(f"--dataset-path {args.dataset_path}: no such file")
-        if args.dataset_name == "trace" and (args.rate_shape or args.constant_rate):
+        if trace and (args.rate_shape or args.constant_rate):
             raise ConfigError("a trace brings its own arrival times: drop --rate-shape/--constant-rate")
         if args.think_time and not args.max_concurrency:
             raise ConfigError("--think-time needs --max-concurrency N (the number of closed-loop users)")

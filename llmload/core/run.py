@@ -211,6 +211,11 @@ class Run:
                      f"{num_prompts}")
         if not samples:
             raise DatasetError("the dataset gave no usable prompts")
+        reusable = [s.trace_cached_tokens for s in samples if s.trace_cached_tokens is not None]
+        if reusable:
+            total = sum(s.prompt_len for s in samples)
+            self.log(f"The trace's own prefix reuse (its hash_ids): {sum(reusable)} of {total} prompt tokens "
+                     f"({100.0 * sum(reusable) / max(1, total):.1f} %) are in blocks an earlier request began with")
         self.workload = Workload(tokenizer, target.tokenizer_id, target.model, samples)
         return self.workload
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from llmload.choices import TRACE_DATASETS
 from llmload.core.conversation import ConversationPolicy
 from llmload.core.schedule import ScheduleSpec
+from llmload.datasets.traces.formats import MooncakeKeys
 from llmload.errors import ConfigError
 from llmload.options import option, option_value
 
@@ -22,7 +24,7 @@ def schedule_spec(options: Any) -> ScheduleSpec:
                         ramp_up_start_rps=_opt(options, "ramp_up_start_rps"),
                         ramp_up_end_rps=_opt(options, "ramp_up_end_rps"),
                         constant_rate=bool(_opt(options, "constant_rate")),
-                        rate_shape=_opt(options, "rate_shape"), trace=_opt(options, "dataset_name") == "trace")
+                        rate_shape=_opt(options, "rate_shape"), trace=replays_trace(options))
 
 
 def dataset_options(options: Any) -> dict[str, Any]:
@@ -45,16 +47,22 @@ def dataset_options(options: Any) -> dict[str, Any]:
                 "output_len": fixed or _opt(options, "random_output_len"),
                 "range_ratio": _opt(options, "random_range_ratio"),
                 "prefix_len": _opt(options, "random_prefix_len")}
-    if name == "trace":
+    if name in TRACE_DATASETS:
         return {"trace_format": _opt(options, "trace_format"), "time_scale": _opt(options, "time_scale"),
                 "trace_start": _opt(options, "trace_start"), "trace_duration": _opt(options, "trace_duration"),
-                "prompt_path": _opt(options, "trace_prompts")}
+                "prompt_path": _opt(options, "trace_prompts"), "block_size": _opt(options, "trace_block_size"),
+                "mooncake": mooncake_keys(options)}
     return {"default_output_len": fixed or _opt(options, "custom_output_len")}
+
+
+def replays_trace(options: Any) -> bool:
+    """``--dataset-name`` is a trace (``trace``, ``mooncake``, ``timed_trace``): it brings its own arrivals."""
+    return _opt(options, "dataset_name") in TRACE_DATASETS
 
 
 def forces_output_len(options: Any) -> bool:
     """A trace fixes every output length: force it with ``max_tokens`` + ``ignore_eos``."""
-    return bool(_opt(options, "ignore_eos")) or _opt(options, "dataset_name") == "trace"
+    return bool(_opt(options, "ignore_eos")) or replays_trace(options)
 
 
 def conversation_policy(options: Any) -> ConversationPolicy:
@@ -106,3 +114,14 @@ def check_conversation_options(options: Any) -> ConversationPolicy | None:
     if _opt(options, "keep_reasoning") and _opt(options, "history") != "live":
         raise ConfigError("--keep-reasoning puts the server's reasoning into the history: it needs --history live")
     return conversation_policy(options)
+
+
+def mooncake_keys(options: Any) -> MooncakeKeys:
+    """A Mooncake trace's field names and timestamp unit (vLLM's ``--timed-trace-label-*`` and
+    ``--timed-trace-sec-multiplier``; the defaults are Mooncake's)."""
+    default = MooncakeKeys()
+    return MooncakeKeys(timestamp=_opt(options, "timed_trace_label_timestamp") or default.timestamp,
+                        input_length=_opt(options, "timed_trace_label_input_length") or default.input_length,
+                        output_length=_opt(options, "timed_trace_label_output_length") or default.output_length,
+                        hash_ids=_opt(options, "timed_trace_label_hash_ids") or default.hash_ids,
+                        seconds_per_unit=_opt(options, "timed_trace_sec_multiplier") or default.seconds_per_unit)

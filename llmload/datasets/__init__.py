@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from llmload.choices import TRACE_DATASETS
 from llmload.datasets.base import SampleRequest, Tokenizer, token_len
 from llmload.datasets.conversations import sample_conversations
 from llmload.datasets.custom import sample_custom
@@ -21,9 +22,10 @@ from llmload.datasets.prefix_repetition import sample_prefix_repetition
 from llmload.datasets.random_dataset import sample_random
 from llmload.datasets.sharegpt import default_sharegpt_path, load_conversations, sample_sharegpt
 from llmload.datasets.traces import TRACE_FORMATS, sample_trace
+from llmload.datasets.traces.blocks import default_mooncake_path
 from llmload.errors import ConfigError, DatasetError
 
-DATASET_NAMES = ("sharegpt", "random", "prefix_repetition", "custom", "trace")
+DATASET_NAMES = ("sharegpt", "random", "prefix_repetition", "custom", *TRACE_DATASETS)
 
 __all__ = [
     "DATASET_NAMES",
@@ -57,7 +59,9 @@ def load_samples(
     ``system_prompt_len`` (both only with ``multi_turn``); random ``input_len``, ``output_len``,
     ``range_ratio``, ``prefix_len``; prefix_repetition ``prefix_len``, ``suffix_len``, ``num_prefixes``,
     ``output_len``; custom ``default_output_len``; trace ``trace_format``, ``time_scale``,
-    ``trace_start``, ``trace_duration``, ``prompt_path`` (``num_prompts`` ``None`` = the whole window).
+    ``trace_start``, ``trace_duration``, ``prompt_path``, and for a Mooncake trace ``block_size`` and
+    ``mooncake`` (its keys, :class:`~llmload.datasets.traces.formats.MooncakeKeys`) (``num_prompts`` ``None`` =
+    the whole window). ``mooncake`` and ``timed_trace`` are ``trace`` with ``trace_format="mooncake"``.
     ``None`` values mean "use the default".
     """
     options = {k: v for k, v in options.items() if v is not None}
@@ -66,8 +70,15 @@ def load_samples(
         "random": {"input_len", "output_len", "range_ratio", "prefix_len"},
         "prefix_repetition": {"prefix_len", "suffix_len", "num_prefixes", "output_len"},
         "custom": {"default_output_len"},
-        "trace": {"trace_format", "time_scale", "trace_start", "trace_duration", "prompt_path"},
+        "trace": {"trace_format", "time_scale", "trace_start", "trace_duration", "prompt_path", "block_size",
+                  "mooncake"},
     }
+    if dataset_name in TRACE_DATASETS and dataset_name != "trace":
+        # Mooncake's JSONL (vLLM's timed_trace reads the same files): --dataset-name trace --trace-format mooncake
+        options.setdefault("trace_format", "mooncake")
+        dataset_name = "trace"
+        if dataset_path is None:
+            dataset_path = default_mooncake_path()
     if dataset_name not in allowed:
         raise ConfigError(f"--dataset-name {dataset_name!r} is not one of {', '.join(DATASET_NAMES)}")
     unknown = set(options) - allowed[dataset_name]

@@ -50,6 +50,9 @@ class SampleRequest:
     system_len: int = 0
     """Tokens of ``system``."""
     messages: list[dict[str, Any]] | None = None
+    #: Mooncake trace: the prompt tokens an unbounded prefix cache holds from the window's earlier requests,
+    #: from the trace's ``hash_ids`` alone (None: not a KV-cache trace)
+    trace_cached_tokens: int | None = None
     """Chat messages to send instead of ``prompt`` (one turn of a replayed conversation, with its history)."""
 
 

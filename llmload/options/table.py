@@ -102,6 +102,20 @@ _TRACE = (
     Option(("--trace-prompts",), "trace_prompts", BOTH, "trace",
            "take prompt text from this dataset, trimmed/padded to each length (default: synthetic)",
            metavar="SHAREGPT_FILE"),
+    Option(("--trace-block-size", "--timed-trace-chunk-hash-size"), "trace_block_size", BOTH, "trace",
+           "Mooncake traces: tokens per hash id; equal ids become identical blocks of this many tokens "
+           "(default: %(default)s)", type=argtypes.positive_int, default=512, metavar="TOKENS"),
+    Option(("--timed-trace-sec-multiplier",), "timed_trace_sec_multiplier", BOTH, "trace",
+           "Mooncake traces: seconds per timestamp unit (default: 0.001, Mooncake's milliseconds)",
+           type=argtypes.positive, metavar="X"),
+    Option(("--timed-trace-label-timestamp",), "timed_trace_label_timestamp", BOTH, "trace",
+           "Mooncake traces: the key of the arrival time (default: timestamp)", metavar="KEY"),
+    Option(("--timed-trace-label-input-length",), "timed_trace_label_input_length", BOTH, "trace",
+           "Mooncake traces: the key of the prompt length (default: input_length)", metavar="KEY"),
+    Option(("--timed-trace-label-output-length",), "timed_trace_label_output_length", BOTH, "trace",
+           "Mooncake traces: the key of the output length (default: output_length)", metavar="KEY"),
+    Option(("--timed-trace-label-hash-ids",), "timed_trace_label_hash_ids", BOTH, "trace",
+           "Mooncake traces: the key of the prefix block ids (default: hash_ids)", metavar="KEY"),
 )
 
 _CONVERSATIONS = (

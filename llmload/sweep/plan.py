@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from llmload import argtypes
+from llmload.core.workload import replays_trace
 from llmload.errors import ConfigError
 from llmload.sweep.search import Precision
 
@@ -153,8 +154,9 @@ def _check_refused(args: argparse.Namespace) -> None:
     for dest, why in _REFUSED.items():
         if getattr(args, dest, None):
             raise ConfigError(why)
-    if args.dataset_name == "trace":
-        raise ConfigError("--dataset-name trace brings its own arrival times: a sweep sets each point's load")
+    if replays_trace(args):
+        raise ConfigError(f"--dataset-name {args.dataset_name} brings its own arrival times: a sweep sets each "
+                          "point's load")
     if args.result_dir != ".":
         raise ConfigError("--result-dir: a sweep writes its points under --output DIR")
 

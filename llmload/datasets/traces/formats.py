@@ -39,6 +39,21 @@ class TraceRow:
     """1-based line in the file, for ids and messages."""
     prompt: str | None = None
     """Prompt text given by the trace (JSONL only)."""
+    hash_ids: tuple[int, ...] | None = None
+    """Mooncake: the ids of the prompt's prefix blocks, in order; equal ids are the same block of tokens."""
+
+
+@dataclass(frozen=True)
+class MooncakeKeys:
+    """How a Mooncake-style JSONL trace names its fields, and the unit of its timestamps (vLLM's
+    ``--timed-trace-label-*`` and ``--timed-trace-sec-multiplier``)."""
+
+    timestamp: str = "timestamp"
+    input_length: str = "input_length"
+    output_length: str = "output_length"
+    hash_ids: str = "hash_ids"
+    #: seconds per timestamp unit (Mooncake's are milliseconds)
+    seconds_per_unit: float = 0.001
 
 
 def detect_format(path: str | Path) -> str:
@@ -46,7 +61,7 @@ def detect_format(path: str | Path) -> str:
     path = Path(path)
     first = _first_line(path)
     if first.lstrip().startswith("{"):
-        return "jsonl"
+        return "mooncake" if '"hash_ids"' in first or '"input_length"' in first else "jsonl"
     header = [c.strip().lstrip("\ufeff") for c in next(csv.reader([first]))]
     if all(c in header for c in AZURE_COLUMNS):
         return "azure"
@@ -59,14 +74,20 @@ def detect_format(path: str | Path) -> str:
     )
 
 
-def read_trace(path: str | Path, trace_format: str | None = None) -> list[TraceRow]:
+def read_trace(path: str | Path, trace_format: str | None = None,
+               mooncake: MooncakeKeys | None = None) -> list[TraceRow]:
     """All rows of a trace file, ordered by time (stable), validated."""
     path = Path(path)
     if trace_format is None:
         trace_format = detect_format(path)
     if trace_format not in TRACE_FORMATS:
         raise ConfigError(f"--trace-format must be one of {', '.join(TRACE_FORMATS)}, got {trace_format!r}")
-    rows = _read_jsonl(path) if trace_format == "jsonl" else _read_csv(path, trace_format)
+    if trace_format == "mooncake":
+        rows = _read_mooncake(path, mooncake or MooncakeKeys())
+    elif trace_format == "jsonl":
+        rows = _read_jsonl(path)
+    else:
+        rows = _read_csv(path, trace_format)
     if not rows:
         raise DatasetError(f"{path}: the trace has no requests")
     rows.sort(key=lambda r: r.t)
@@ -213,3 +234,19 @@ def _json_count(path: Path, lineno: int, obj: dict[str, Any], key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise DatasetError(f"{path}:{lineno}: key {key!r} must be a non-negative integer, got {value!r}")
     return value
+
+
+def _read_mooncake(path: Path, keys: MooncakeKeys) -> list[TraceRow]:
+    """Mooncake's JSONL (``{"timestamp": ms, "input_length": n, "output_length": m, "hash_ids": [...]}``)."""
+    rows: list[TraceRow] = []
+    for lineno, obj in jsonl_objects(path, _read_text_lines(path)):
+        t = obj.get(keys.timestamp)
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+            raise DatasetError(f"{path}:{lineno}: key {keys.timestamp!r} must be a non-negative number, got {t!r}")
+        ids = obj.get(keys.hash_ids, [])
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            raise DatasetError(f"{path}:{lineno}: key {keys.hash_ids!r} must be a list of integers, got "
+                               f"{str(ids)[:60]!r}")
+        rows.append(TraceRow(float(t) * keys.seconds_per_unit, _json_count(path, lineno, obj, keys.input_length),
+                             _json_count(path, lineno, obj, keys.output_length), lineno, hash_ids=tuple(ids)))
+    return rows
