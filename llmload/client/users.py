@@ -83,9 +83,10 @@ class LLMUser(User):
         self._path = self.endpoint or self.dialect.default_path
         self._worker = f"{os.getpid()}"
         self._run = state_of(environment)
-        headers = {"Accept-Encoding": "identity", "Content-Type": "application/json", "Accept": "text/event-stream"}
+        headers = {"Accept-Encoding": "identity", "Content-Type": "application/json", "Accept": "text/event-stream",
+                   **self.dialect.extra_headers()}
         if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
+            headers.update(self.dialect.auth_headers(self.api_key))
         self._headers = headers
         self.pool = Pool(self.host or environment.host or "", connect_timeout=self.connection_timeout,
                           read_timeout=self.network_timeout, request_timeout=self.request_timeout,

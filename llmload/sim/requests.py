@@ -19,6 +19,8 @@ Tokenize = Callable[[str], Sequence[int]]
 ROUTES: dict[str, str] = {
     "/v1/completions": "completions",
     "/v1/chat/completions": "chat",
+    "/v1/responses": "responses",
+    "/v1/messages": "messages",
     "/generate": "sglang",
     "/generate_stream": "tgi",
     "/v2/models/ensemble/generate_stream": "trt",
@@ -153,6 +155,10 @@ class RequestParser:
         model = body.get("model") or cfg.model
         if kind in ("completions", "chat"):
             fields = _openai_fields(kind, body, model, cfg)
+        elif kind == "responses":
+            fields = _responses_fields(body, model, cfg)
+        elif kind == "messages":
+            fields = _messages_fields(body, model, cfg)
         elif kind == "sglang":
             fields = _sglang_fields(body)
         elif kind == "tgi":
@@ -203,8 +209,12 @@ def _block_hashes(cfg: SimConfig, text: str, ids: Sequence[int] | None, prompt_t
 
 def _trace_prompt(kind: str, body: dict, fields: _Fields) -> object:
     """What ``--trace-prompts`` records: a chat's messages (role and content), else the prompt."""
-    if kind == "chat":
+    if kind in ("chat", "messages"):
         return [{"role": m.get("role"), "content": m.get("content")} for m in body["messages"]]
+    if kind == "responses":
+        given = body["input"]
+        return given if isinstance(given, str) else [{"role": m.get("role"), "content": m.get("content")}
+                                                      for m in given if isinstance(m, dict)]
     if fields.ids is not None:
         return list(fields.ids)
     return fields.text
@@ -247,6 +257,46 @@ def _openai_fields(kind: str, body: dict, model: object, cfg: SimConfig) -> _Fie
     max_tokens = _int_field(body, "max_completion_tokens") or _int_field(body, "max_tokens")
     return _Fields(text, None, max_tokens or cfg.default_max_tokens, ignore_eos, stream, include_usage,
                    default_max=max_tokens is None)
+
+
+def _check_model(model: object, cfg: SimConfig) -> None:
+    if model != cfg.model:
+        raise openai_error(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+
+
+def _responses_fields(body: dict, model: object, cfg: SimConfig) -> _Fields:
+    """``/v1/responses``: ``input`` is a string or a list of messages, ``instructions`` the system prompt,
+    ``max_output_tokens`` the length; usage always comes on ``response.completed``."""
+    _check_model(model, cfg)
+    if "input" not in body:
+        raise bad_request("'input' is required", "input")
+    given = body["input"]
+    messages = [{"role": "user", "content": given}] if isinstance(given, str) else given
+    instructions = body.get("instructions")
+    if isinstance(instructions, str) and instructions:
+        messages = [{"role": "system", "content": instructions}, *messages]
+    max_tokens = _int_field(body, "max_output_tokens")
+    stream = bool(body.get("stream", False))
+    return _Fields(render_chat(messages), None, max_tokens or cfg.default_max_tokens,
+                   bool(body.get("ignore_eos", False)), stream, stream, default_max=max_tokens is None)
+
+
+def _messages_fields(body: dict, model: object, cfg: SimConfig) -> _Fields:
+    """``/v1/messages`` (Anthropic): ``messages`` and ``max_tokens`` are required, ``system`` is apart."""
+    _check_model(model, cfg)
+    if "messages" not in body:
+        raise bad_request("'messages' is required", "messages")
+    max_tokens = _int_field(body, "max_tokens")
+    if max_tokens is None:
+        raise bad_request("'max_tokens' is required", "max_tokens")
+    messages = body["messages"]
+    system = body.get("system")
+    if isinstance(system, list):
+        system = "".join(p.get("text", "") for p in system if isinstance(p, dict))
+    if isinstance(system, str) and system and isinstance(messages, list):
+        messages = [{"role": "system", "content": system}, *messages]
+    stream = bool(body.get("stream", False))
+    return _Fields(render_chat(messages), None, max_tokens, bool(body.get("ignore_eos", False)), stream, stream)
 
 
 def _sglang_fields(body: dict) -> _Fields:

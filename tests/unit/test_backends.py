@@ -286,6 +286,8 @@ def test_registry() -> None:
         "vllm",
         "openai",
         "openai-chat",
+        "openai-responses",
+        "anthropic-messages",
         "sglang",
         "modular",
         "modular-chat",

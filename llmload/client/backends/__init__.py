@@ -5,9 +5,11 @@ A new dialect is one module here with a :class:`Backend` subclass, plus one line
 
 from __future__ import annotations
 
+from llmload.client.backends.anthropic import AnthropicMessages
 from llmload.client.backends.base import Backend, StreamEvent
 from llmload.client.backends.modular import ModularChat, ModularCompletions
 from llmload.client.backends.openai import OpenAIChat, OpenAICompletions, VLLMCompletions
+from llmload.client.backends.responses import OpenAIResponses
 from llmload.client.backends.sglang import SGLangNative
 from llmload.client.backends.tensorrt_llm import TensorRTLLM
 from llmload.client.backends.tgi import TGI
@@ -19,6 +21,8 @@ _CLASSES: tuple[type[Backend], ...] = (
     VLLMCompletions,
     OpenAICompletions,
     OpenAIChat,
+    OpenAIResponses,
+    AnthropicMessages,
     SGLangNative,
     ModularCompletions,
     ModularChat,

@@ -140,6 +140,14 @@ class Backend:
     ) -> dict:
         raise NotImplementedError
 
+    def auth_headers(self, api_key: str) -> dict[str, str]:
+        """The headers that carry ``api_key`` (never printed): ``Authorization: Bearer`` for OpenAI's wire."""
+        return {"Authorization": f"Bearer {api_key}"}
+
+    def extra_headers(self) -> dict[str, str]:
+        """Headers every request of this dialect sends (an API version)."""
+        return {}
+
     def new_state(self) -> Any:
         """Mutable per-request parsing state (None for dialects whose events are self-contained)."""
         return None

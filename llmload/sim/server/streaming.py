@@ -78,7 +78,7 @@ class Streaming:
             self._respond(conn, err.status, err.body)
             return
         self.requests += 1
-        prefix = "chatcmpl" if kind == "chat" else "cmpl"
+        prefix = {"chat": "chatcmpl", "responses": "resp", "messages": "msg"}.get(kind, "cmpl")
         request_id = f"{prefix}-{self._id_prefix}-{next(self._ids)}"
         wire = make_wire(req, self.config.dialect, request_id, int(self.wall_offset + received))
         job = Job(conn, req, wire, request_id, headers.get("x-request-id", ""), path)

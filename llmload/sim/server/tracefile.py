@@ -46,7 +46,9 @@ def trace_entry(job: Job, status: str, wall_offset: float) -> dict:
         "session": job.session,
     }
     if req.trace_prompt is not None:
-        entry["messages" if req.kind == "chat" else "prompt"] = req.trace_prompt
+        as_messages = req.kind in ("chat", "messages") or (req.kind == "responses"
+                                                          and isinstance(req.trace_prompt, list))
+        entry["messages" if as_messages else "prompt"] = req.trace_prompt
     return entry
 
 
