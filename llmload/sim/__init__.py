@@ -10,6 +10,7 @@ truth for llmload's own measurement tests (``--trace-file``), and cheap enough n
     text.py       deterministic generated text
     requests.py   parse and validate a request body into a GenRequest (400 bodies)
     wire.py       render each dialect's stream events and JSON responses
+    typed_wire.py the typed-event APIs (Responses, Messages): their stream events and JSON responses
     faults.py     seeded fault selection
     loop.py       the epoll event loop with timerfd deadlines
     metrics/      /metrics: vLLM's and SGLang's names, the workers' shared counters, --engine-trace
