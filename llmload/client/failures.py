@@ -42,14 +42,17 @@ EMPTY_STREAM = "empty_stream"
 CUT_OFF = "cut_off"
 #: an exception in llmload's own code path (a bug, or a hook listener that raised)
 CLIENT_ERROR = "client_error"
+#: not a failure: the client closed the connection on purpose (``--cancel-rate``); counted apart from the kinds
+CANCELLED = "cancelled"
 
 #: every kind, in the order the docs list them
 KINDS = (
     HTTP_5XX, HTTP_429, HTTP_4XX, CONNECT, READ_TIMEOUT, REQUEST_TIMEOUT, DISCONNECT, MALFORMED_EVENT,
-    MALFORMED_HTTP, ERROR_EVENT, NOT_STREAMED, EMPTY_STREAM, CUT_OFF, CLIENT_ERROR,
+    MALFORMED_HTTP, ERROR_EVENT, NOT_STREAMED, EMPTY_STREAM, CUT_OFF, CLIENT_ERROR, CANCELLED,
 )
 #: what :attr:`llmload.client.transport.TransportError.kind` may say
-TRANSPORT_KINDS = frozenset((CONNECT, READ_TIMEOUT, REQUEST_TIMEOUT, DISCONNECT, MALFORMED_HTTP, CLIENT_ERROR))
+TRANSPORT_KINDS = frozenset((CONNECT, READ_TIMEOUT, REQUEST_TIMEOUT, DISCONNECT, MALFORMED_HTTP, CLIENT_ERROR,
+                             CANCELLED))
 
 #: the message of a non-streamed answer to a streaming request
 NOT_STREAMED_MESSAGE = ("the server answered a streaming request with one JSON body, not an event stream: "
@@ -137,6 +140,8 @@ def kind_of(record: Any) -> str:
     """A record's failure kind: its own ``failure_kind``, else inferred; ``""`` for a completed request."""
     if record.cut_off:
         return CUT_OFF
+    if getattr(record, "cancelled", False):
+        return CANCELLED
     if record.success:
         return ""
     return getattr(record, "failure_kind", "") or infer_kind(record)

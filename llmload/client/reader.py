@@ -28,7 +28,14 @@ from llmload.client.failures import (
 )
 from llmload.client.records import RequestRecord
 from llmload.client.sse import DONE, parse_line
-from llmload.client.transport import ConnectError, ReadTimeout, RequestTimeout, Response, TransportError
+from llmload.client.transport import (
+    Cancelled,
+    ConnectError,
+    ReadTimeout,
+    RequestTimeout,
+    Response,
+    TransportError,
+)
 
 if TYPE_CHECKING:
     from llmload.client.users import LLMUser
@@ -196,6 +203,11 @@ class StreamReader:
         error's type decides (:mod:`llmload.client.transport.errors`); its message names the host and what failed."""
         record = self.record
         record.failure_kind = exc.kind
+        if isinstance(exc, Cancelled):
+            record.cancelled = True
+            record.error = one_line(f"cancelled by the client after {len(record.chunk_times)} events "
+                                    f"({perf_counter() - record.start:.3f} s)")
+            return
         if isinstance(exc, ConnectError):
             record.error = one_line(str(exc))
             return

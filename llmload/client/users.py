@@ -66,6 +66,9 @@ class LLMUser(User):
     goodput: ClassVar[dict[str, float] | None] = None
     #: closed loop: seconds between a response and the next request (``--think-time``)
     think: Any = None
+    #: which requests the client cancels on purpose, and when (``--cancel-rate``/``--cancel-after``: a
+    #: :class:`~llmload.core.cancel.CancelPlan`); None cancels nothing
+    cancel: Any = None
     #: multi-turn replay: the header that carries each conversation's id, for session-affine routers
     #: (``--session-header``; '' sends none)
     session_header: str = "X-Session-ID"
@@ -176,7 +179,9 @@ class LLMUser(User):
 
         try:
             try:
-                resp = self.pool.request("POST", self._path, headers, payload, live, sending)
+                cancel_s, cancel_lines = self.cancel.draw(record.request_id) if self.cancel else (None, None)
+                resp = self.pool.request("POST", self._path, headers, payload, live, sending,
+                                         cancel_after_s=cancel_s, cancel_after_lines=cancel_lines)
             finally:
                 if on_end is not None:
                     on_end()
@@ -198,6 +203,11 @@ class LLMUser(User):
     def _fire_stats_row(self, record: RequestRecord, exception: Exception | None) -> None:
         """Locust's stats table: ``LLM E2E`` (with failures), and TTFT / TPOT rows for the live view."""
         fire = self.environment.events.request.fire
+        if record.cancelled:
+            # not a failure (Locust would exit 1 for one): a row of its own, as long as it ran
+            fire(request_type="LLM", name="cancelled", response_time=(perf_counter() - record.start) * 1000.0,
+                 response_length=0, exception=None, context={})
+            return
         if record.success:
             fire(request_type="LLM", name="E2E", response_time=(record.e2el or 0.0) * 1000.0,
                  response_length=len(record.generated_text), exception=None, context={})

@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from llmload.core.cancel import CancelAfter, CancelPlan, cancel_plan
 from llmload.core.conversation import ConversationPolicy
 from llmload.core.workload import forces_output_len
+from llmload.options import option_value
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +33,8 @@ class UserSettings:
     request_timeout: float | None
     session_header: str
     conversation: ConversationPolicy | None
+    #: ``--cancel-rate``/``--cancel-after`` (None: nothing is cancelled)
+    cancel: CancelPlan | None
 
     @classmethod
     def from_options(cls, opts: Any, *, model: str, api_key: str | None,
@@ -49,6 +53,8 @@ class UserSettings:
             request_timeout=opts.request_timeout or None,
             session_header=opts.session_header,
             conversation=conversation,
+            cancel=cancel_plan(option_value(opts, "cancel_rate"), option_value(opts, "cancel_after"),
+                               int(option_value(opts, "seed"))),
         )
 
     def attributes(self) -> dict[str, Any]:
@@ -59,9 +65,16 @@ class UserSettings:
         """As plain data, for a worker's job (the API key included: the worker sends with it)."""
         out = self.attributes()
         out["conversation"] = asdict(self.conversation) if self.conversation is not None else None
+        out["cancel"] = asdict(self.cancel) if self.cancel is not None else None
         return out
 
     @classmethod
     def from_message(cls, data: dict[str, Any]) -> UserSettings:
-        conversation = data.get("conversation")
-        return cls(**{**data, "conversation": ConversationPolicy(**conversation) if conversation else None})
+        conversation, cancel = data.get("conversation"), data.get("cancel")
+        plan = None
+        if cancel:
+            after = cancel["after"]
+            plan = CancelPlan(cancel["rate"], CancelAfter(after["distribution"], tuple(after["args"]), after["tokens"]),
+                              cancel["seed"])
+        return cls(**{**data, "conversation": ConversationPolicy(**conversation) if conversation else None,
+                      "cancel": plan})

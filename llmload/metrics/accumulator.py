@@ -177,6 +177,7 @@ class MetricsAccumulator:
             "requests": tally.records,
             "completed": tally.completed,
             "failed": tally.failed,
+            "cancelled": tally.cancelled,
             "cut_off": tally.cut_off,
             "total_output_tokens": tally.total_output,
             "total_input_tokens": tally.total_input,
@@ -230,7 +231,7 @@ def _metrics(groups: Sequence[_Group], tally: Tally, ask: _Ask, lags_s: Sequence
     peak_tokens, peak_active = peak_per_second(chain.from_iterable(g.done for g in groups))
     by_kind, examples = tally.failure_counts()
     return BenchmarkMetrics(
-        duration=d, completed=tally.completed, failed=tally.failed, cut_off=tally.cut_off,
+        duration=d, completed=tally.completed, failed=tally.failed, cut_off=tally.cut_off, cancelled=tally.cancelled,
         total_requests=tally.records, total_input=tally.total_input, total_output=tally.total_output,
         request_throughput=tally.completed / d, request_goodput=None if good is None else good / d,
         good_requests=good,

@@ -87,7 +87,7 @@ class Tally:
     """Counters over one set of requests: outcomes, tokens, where counts came from, failures by kind."""
 
     def __init__(self) -> None:
-        self.records = self.completed = self.failed = self.cut_off = 0
+        self.records = self.completed = self.failed = self.cut_off = self.cancelled = 0
         self.total_input = self.total_input_server = self.total_output = 0
         self.server_reported = self.prompt_mismatch = self.prompt_diff = 0
         self.sources: Counter[str] = Counter()
@@ -99,6 +99,9 @@ class Tally:
         if not completed:
             if r.cut_off:
                 self.cut_off += 1
+            elif getattr(r, "cancelled", False):
+                self.cancelled += 1  # its own outcome, not a failure kind (--cancel-rate)
+                return
             else:
                 self.failed += 1
             kind = kind_of(r)

@@ -1,6 +1,6 @@
 """``compute_metrics`` and vLLM's ``--save-detailed`` lists, over a list of records.
 
-Every request sent is counted once: ``sent = completed + failed + cut_off``, and ``failures_by_kind`` (kinds of
+Every request sent is counted once: ``sent = completed + failed + cancelled + cut_off``, and ``failures_by_kind`` (kinds of
 :mod:`llmload.client.failures`, cut-off ones as ``cut_off``) adds up to ``failed + cut_off``. Failed and cut-off
 requests count 0 output tokens and no input tokens, and are left out of every latency list.
 """

@@ -119,11 +119,13 @@ class BenchmarkMetrics:
     conversations: ConversationMetrics | None = None
     #: completed requests that met every SLO (``request_goodput`` is this over the duration); None without SLOs
     good_requests: int | None = None
+    #: requests the client cancelled on purpose (``--cancel-rate``): neither completed nor failed
+    cancelled: int = 0
 
     @property
     def sent(self) -> int:
-        """Requests sent (or due and cut off): completed + failed + cut off."""
-        return self.completed + self.failed + self.cut_off
+        """Requests sent (or due and cut off): completed + failed + cancelled + cut off."""
+        return self.completed + self.failed + self.cancelled + self.cut_off
 
     def slos_ms(self) -> dict[str, Any] | None:
         """The SLOs as ``--goodput`` gave them: run-wide ``{metric: ms}``, plus ``{class: {metric: ms}}``."""
@@ -165,6 +167,7 @@ class BenchmarkMetrics:
     def _own_keys(self) -> dict[str, Any]:
         return {
             "failed": self.failed,
+            "cancelled": self.cancelled,
             "cut_off": self.cut_off,
             "total_requests": self.total_requests,
             "sent": self.sent,

@@ -172,6 +172,12 @@ _ARRIVALS = (
            "closed loop: --max-concurrency users each send, wait for the stream, think, repeat",
            metavar="fixed:S|exp:S",
            locust_help="closed loop: each user's pause between requests, fixed:SECONDS or exp:MEAN_SECONDS"),
+    Option(("--cancel-rate",), "cancel_rate", BOTH, "arrivals",
+           "share of requests the client cancels mid-answer, drawn per request from --seed (a cancelled request "
+           "is its own outcome, left out of the latency statistics)", type=argtypes.fraction, metavar="P"),
+    Option(("--cancel-after",), "cancel_after", BOTH, "arrivals",
+           "when a cancelled request is cancelled: SECONDS after it went out, exp:MEAN, uniform:LOW:HIGH, or "
+           "tokens:N (after N stream events; tokens:uniform:10:200)", metavar="SPEC"),
     Option(("--ramp-up-strategy",), "ramp_up_strategy", BOTH, "arrivals", choices=RAMP_UP_STRATEGIES),
     Option(("--ramp-up-start-rps",), "ramp_up_start_rps", BOTH, "arrivals", type=argtypes.non_negative,
            metavar="RPS"),

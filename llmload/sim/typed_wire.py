@@ -1,7 +1,8 @@
 """The typed-event APIs' streams, rendered as bytes: the OpenAI Responses API (``/v1/responses``) and the
 Anthropic Messages API (``/v1/messages``). Each event is an SSE ``event:`` line and a ``data:`` object with the
 same ``type``; the text goes out one delta event a chunk, with the timing and prefix cache of every route
-(docs/simulator.md, "Routes"). The other dialects are in :mod:`llmload.sim.wire`.
+(docs/simulator.md, "Routes"). The other dialects are in :mod:`llmload.sim.wire`; :func:`make_wire` serves
+every route.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import orjson
 
 from llmload.sim.requests import GenRequest
-from llmload.sim.wire import Wire
+from llmload.sim.wire import WIRES, Wire
 
 #: events of a Responses stream before its first text delta
 _HEAD_EVENTS = 4
@@ -141,5 +142,10 @@ class MessagesWire(Wire):
                              self.req.output_tokens)
 
 
-#: request kind -> wire
-TYPED_WIRES: dict[str, type[Wire]] = {"responses": ResponsesWire, "messages": MessagesWire}
+#: request kind -> wire, every route's
+_ALL_WIRES: dict[str, type[Wire]] = {**WIRES, "responses": ResponsesWire, "messages": MessagesWire}
+
+
+def make_wire(req: GenRequest, dialect: str, request_id: str, created: int) -> Wire:
+    """The wire of ``req``'s route."""
+    return _ALL_WIRES[req.kind](req, dialect, request_id, created)

@@ -267,17 +267,11 @@ class TRTWire(Wire):
         return b'{"model_name":"ensemble","model_version":"1","text_output":"' + text + b'"}'
 
 
-_WIRES: dict[str, type[Wire]] = {
+#: request kind -> wire, for the routes of this module (:func:`llmload.sim.typed_wire.make_wire` serves all)
+WIRES: dict[str, type[Wire]] = {
     "completions": CompletionsWire,
     "chat": ChatWire,
     "sglang": SGLangWire,
     "tgi": TGIWire,
     "trt": TRTWire,
 }
-
-
-def make_wire(req: GenRequest, dialect: str, request_id: str, created: int) -> Wire:
-    """The wire of ``req``'s route; the typed-event APIs' are in :mod:`llmload.sim.typed_wire`."""
-    from llmload.sim.typed_wire import TYPED_WIRES
-
-    return (_WIRES.get(req.kind) or TYPED_WIRES[req.kind])(req, dialect, request_id, created)

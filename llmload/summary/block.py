@@ -107,8 +107,10 @@ def format_llmload_block(
         lines.append(int_line("Request rate (req/s):", _rate(request_rate)))
     if burstiness is not None:
         lines.append(int_line("Burstiness factor:", burstiness))
+    lines.append(int_line("Failed requests:", m.failed))
+    if m.cancelled:
+        lines.append(int_line("Cancelled by the client:", m.cancelled))
     lines += [
-        int_line("Failed requests:", m.failed),
         int_line("Cut off by end of run:", m.cut_off),
         int_line("TTFT rule:", m.ttft_rule),
     ]

@@ -25,7 +25,7 @@ def test_kinds_are_the_documented_ones():
     assert set(KINDS) == {
         "http_5xx", "http_429", "http_4xx", "connect", "read_timeout", "request_timeout", "disconnect",
         "malformed_event", "malformed_http", "error_event", "not_streamed", "empty_stream", "cut_off",
-        "client_error",
+        "client_error", "cancelled",
     }
     assert len(KINDS) == len(set(KINDS))
     assert set(KINDS) >= failures.TRANSPORT_KINDS
@@ -44,7 +44,7 @@ ERROR_KINDS = [
     (transport.ReadTimeout, "read_timeout"), (transport.RequestTimeout, "request_timeout"),
     (transport.ClosedBeforeResponse, "disconnect"), (transport.ClosedMidStream, "disconnect"),
     (transport.ProtocolError, "malformed_http"), (transport.ListenerError, "client_error"),
-    (transport.TransportError, "disconnect"),
+    (transport.TransportError, "disconnect"), (transport.Cancelled, "cancelled"),
 ]
 
 

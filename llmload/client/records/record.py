@@ -213,6 +213,8 @@ class RequestRecord:
     reasoning_text: str = ""
     #: the workload this request belongs to (the Locust user class's name); ``by_class`` metrics need two
     user_class: str = ""
+    #: the client cancelled it on purpose (``--cancel-rate``): its own outcome, neither completed nor failed
+    cancelled: bool = False
     #: set when the records journal holds the generated text instead of ``generated_text`` (not a column of the
     #: records file: :meth:`to_dict` writes the text itself)
     held_text: HeldText | None = field(default=None, repr=False, compare=False)

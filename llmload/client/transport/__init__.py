@@ -18,6 +18,7 @@ Without epoll (not Linux) each request reads its own socket with the same parser
 """
 
 from llmload.client.transport.errors import (
+    CANCELLED,
     CLIENT_ERROR,
     CONNECT,
     DISCONNECT,
@@ -25,6 +26,7 @@ from llmload.client.transport.errors import (
     MALFORMED_HTTP,
     READ_TIMEOUT,
     REQUEST_TIMEOUT,
+    Cancelled,
     ClosedBeforeResponse,
     ClosedMidStream,
     ConnectError,
@@ -50,9 +52,9 @@ from llmload.client.transport.reactor import (
 )
 
 __all__ = [
-    "CLIENT_ERROR", "CONNECT", "DISCONNECT", "KIND_BY_TYPE", "MALFORMED_HTTP", "MAX_HEAD", "READ_TIMEOUT",
+    "CANCELLED", "CLIENT_ERROR", "CONNECT", "DISCONNECT", "KIND_BY_TYPE", "MALFORMED_HTTP", "MAX_HEAD", "READ_TIMEOUT",
     "RECV_SIZE", "REQUEST_TIMEOUT", "SO_TIMESTAMPNS", "SWITCH_INTERVAL_S", "WATCH_INTERVAL_S",
-    "ClosedBeforeResponse", "ClosedMidStream", "ConnectError", "ConnectTimeout", "Connection",
+    "Cancelled", "ClosedBeforeResponse", "ClosedMidStream", "ConnectError", "ConnectTimeout", "Connection",
     "ListenerError", "OnLines", "Pool", "ProtocolError", "Reactor", "ReadTimeout", "RequestTimeout",
     "Response", "ResponseParser", "TransportError", "kind_of", "read_timed_out", "request_timed_out",
 ]

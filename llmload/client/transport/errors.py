@@ -8,7 +8,8 @@
     ├── ClosedBeforeResponse  closed or reset before the response head was complete
     ├── ClosedMidStream       closed or reset after the head, before the body ended
     ├── ProtocolError         malformed HTTP framing: status line, Content-Length, chunk sizes, oversized head
-    └── ListenerError         a live ``on_lines`` listener raised (llmload's own code path, not the wire)
+    ├── ListenerError         a live ``on_lines`` listener raised (llmload's own code path, not the wire)
+    └── Cancelled             the client closed the connection on purpose (``--cancel-rate``): not a failure
 
 Every class maps to one failure kind of :mod:`llmload.client.failures`; :data:`KIND_BY_TYPE` is the only place that
 says which, and :attr:`TransportError.kind` reads it.
@@ -19,6 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from llmload.client.failures import (
+    CANCELLED,
     CLIENT_ERROR,
     CONNECT,
     DISCONNECT,
@@ -31,10 +33,10 @@ if TYPE_CHECKING:
     from llmload.client.transport.parser import Response
 
 __all__ = [
-    "CLIENT_ERROR", "CONNECT", "DISCONNECT", "KIND_BY_TYPE", "MALFORMED_HTTP", "READ_TIMEOUT",
+    "CANCELLED", "CLIENT_ERROR", "CONNECT", "DISCONNECT", "KIND_BY_TYPE", "MALFORMED_HTTP", "READ_TIMEOUT",
     "REQUEST_TIMEOUT",
-    "ClosedBeforeResponse", "ClosedMidStream", "ConnectError", "ConnectTimeout", "ListenerError",
-    "ProtocolError", "ReadTimeout", "RequestTimeout", "TransportError", "kind_of", "read_timed_out",
+    "Cancelled", "ClosedBeforeResponse", "ClosedMidStream", "ConnectError", "ConnectTimeout", "ListenerError",
+    "ProtocolError", "ReadTimeout", "RequestTimeout", "TransportError", "cancelled", "kind_of", "read_timed_out",
     "request_timed_out",
 ]
 
@@ -87,6 +89,11 @@ class ListenerError(TransportError):
     """A live ``on_lines`` listener raised while the reactor read its stream (``__cause__``: what it raised)."""
 
 
+class Cancelled(TransportError):
+    """The client cancelled the request at its drawn moment and closed the connection (``response``: what had
+    arrived by then)."""
+
+
 #: the failure kind of each error type (a subclass not listed takes its nearest listed base's kind)
 KIND_BY_TYPE: dict[type[TransportError], str] = {
     TransportError: DISCONNECT,
@@ -97,6 +104,7 @@ KIND_BY_TYPE: dict[type[TransportError], str] = {
     ClosedMidStream: DISCONNECT,
     ProtocolError: MALFORMED_HTTP,
     ListenerError: CLIENT_ERROR,
+    Cancelled: CANCELLED,
 }
 
 
@@ -116,3 +124,7 @@ def read_timed_out(timeout: float, resp: Response) -> ReadTimeout:
 def request_timed_out(resp: Response) -> RequestTimeout:
     lines = len(resp.lines)
     return RequestTimeout(f"timed out: the request took longer than its limit, after {lines} lines", resp)
+
+
+def cancelled(resp: Response) -> Cancelled:
+    return Cancelled(f"cancelled by the client after {len(resp.lines)} lines", resp)

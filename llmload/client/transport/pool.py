@@ -15,6 +15,7 @@ from llmload.client.transport.errors import (
     ConnectError,
     ConnectTimeout,
     TransportError,
+    cancelled,
     read_timed_out,
     request_timed_out,
 )
@@ -72,19 +73,24 @@ class Pool:
             self.reactor.close()
 
     def request(self, method: str, path: str, headers: dict[str, str], body: bytes, on_lines: OnLines = None,
-                before_send: Callable[[], None] | None = None) -> Response:
+                before_send: Callable[[], None] | None = None, *, cancel_after_s: float | None = None,
+                cancel_after_lines: int | None = None) -> Response:
         """Send one request and read the whole response. ``on_lines(response, first_new_index)`` is called after
         each read that completed lines (live listeners); otherwise lines are only collected.
         ``before_send()`` runs once a connection is in hand, immediately before the bytes go out (the ``st``
-        of docs/design.md "Metric definitions": connection set-up is not part of TTFT)."""
+        of docs/design.md "Metric definitions": connection set-up is not part of TTFT).
+        ``cancel_after_s`` seconds after the bytes went out, or once ``cancel_after_lines`` stream lines arrived,
+        the request is cancelled: :class:`Cancelled` (with what had arrived) and the connection closed."""
         data = self._encode(method, path, headers, body)
         conn: Connection | None = None  # None while a connection is being opened
+        if cancel_after_lines:
+            on_lines = _cancelling(on_lines, cancel_after_lines)
         parser = ResponseParser(on_lines)
         try:
             reused = bool(self._idle)
             conn = self._idle.pop() if reused else self._connect()
             try:
-                self._exchange(conn, parser, data, before_send)
+                self._exchange(conn, parser, data, before_send, cancel_after_s)
             except (TransportError, OSError) as exc:
                 if not (reused and _is_stale(exc, parser)):
                     raise
@@ -92,7 +98,7 @@ class Pool:
                 conn.close()
                 conn, parser = None, ResponseParser(on_lines)
                 conn = self._connect()
-                self._exchange(conn, parser, data, before_send)
+                self._exchange(conn, parser, data, before_send, cancel_after_s)
         except BaseException as exc:
             if conn is not None:
                 conn.close()
@@ -101,6 +107,7 @@ class Pool:
             raise
         conn.deadline = 0.0
         conn.request_deadline = 0.0
+        conn.cancel_at = 0.0
         conn.buf = parser.leftover
         if parser.resp.reusable:
             self._idle.append(conn)
@@ -161,16 +168,29 @@ class Pool:
         return conn
 
     def _exchange(self, conn: Connection, parser: ResponseParser, data: bytes,
-                  before_send: Callable[[], None] | None) -> None:
+                  before_send: Callable[[], None] | None, cancel_after_s: float | None) -> None:
         if before_send is not None:
             before_send()
-        conn.request_deadline = perf_counter() + self.request_timeout if self.request_timeout else 0.0
+        now = perf_counter()
+        conn.request_deadline = now + self.request_timeout if self.request_timeout else 0.0
+        conn.cancel_at = now + cancel_after_s if cancel_after_s is not None else 0.0
         conn.sock.sendall(data)
         if conn.buf:
             buffered, conn.buf = conn.buf, b""
             if parser.feed(buffered, perf_counter()):
                 return
         self.reactor.read(conn, parser)
+
+
+def _cancelling(on_lines: OnLines, after: int) -> OnLines:
+    """``on_lines`` that cancels the request once ``after`` lines arrived (the reactor fails it with the error)."""
+    def listen(resp: Response, first: int) -> None:
+        if on_lines is not None:
+            on_lines(resp, first)
+        if len(resp.lines) >= after:
+            raise cancelled(resp)
+
+    return listen
 
 
 def _is_stale(exc: BaseException, parser: ResponseParser) -> bool:

@@ -21,7 +21,13 @@ from time import perf_counter
 from typing import Any
 
 from llmload.client.transport.clock import clock_offset
-from llmload.client.transport.errors import ListenerError, TransportError, read_timed_out, request_timed_out
+from llmload.client.transport.errors import (
+    ListenerError,
+    TransportError,
+    cancelled,
+    read_timed_out,
+    request_timed_out,
+)
 from llmload.client.transport.parser import ResponseParser
 
 #: below glibc's mmap threshold (128 KiB): a larger read buffer costs an mmap + munmap per read (~30 µs)
@@ -39,7 +45,7 @@ _LAG_BUCKETS = 10_001
 
 
 class Connection:
-    __slots__ = ("buf", "deadline", "raw", "request_deadline", "sock", "stamped", "timeout", "tls")
+    __slots__ = ("buf", "cancel_at", "deadline", "raw", "request_deadline", "sock", "stamped", "timeout", "tls")
 
     def __init__(self, sock: socket.socket, timeout: float, tls: bool = False) -> None:
         self.sock = sock
@@ -55,6 +61,8 @@ class Connection:
         self.deadline = 0.0
         #: when the whole request must be over (0: no limit); set per request by the pool
         self.request_deadline = 0.0
+        #: when the client cancels this request on purpose (0: never); set per request by the pool
+        self.cancel_at = 0.0
         self.timeout = timeout
 
     def close(self) -> None:
@@ -116,14 +124,24 @@ class Reactor:
             self._open()
         fd = conn.sock.fileno()
         result = AsyncResult()
+        now = perf_counter()
+        if conn.cancel_at and now >= conn.cancel_at:
+            raise cancelled(parser.resp)
         self.waiting[fd] = _Waiting(conn, parser, result)
-        conn.deadline = perf_counter() + conn.timeout
+        conn.deadline = now + conn.timeout
+        timer = None
         try:
             self.ep.register(fd, select.EPOLLIN | select.EPOLLRDHUP)
             if self._watchdog is None or self._watchdog.dead:
                 self._watchdog = gevent.spawn(_watch, weakref.ref(self))
+            if conn.cancel_at:
+                # to the moment, not the watchdog's quarter second: a cancel time is part of the workload
+                timer = gevent.get_hub().loop.timer(conn.cancel_at - now)
+                timer.start(self._cancel, fd)
             result.get()
         finally:
+            if timer is not None:
+                timer.close()
             self._detach(fd)
 
     def close(self) -> None:
@@ -211,6 +229,13 @@ class Reactor:
         self.read_lag[min(lag, _LAG_BUCKETS - 1)] += 1
         return arrived
 
+    def _cancel(self, fd: int) -> None:
+        """The cancel time of the request reading ``fd`` came: fail it as :class:`Cancelled` (the pool closes
+        the connection, which is how the server learns of it)."""
+        w = self.waiting.get(fd)
+        if w is not None:
+            self._fail(fd, w, cancelled(w.parser.resp))
+
     def _complete(self, fd: int, w: _Waiting) -> None:
         self._detach(fd)
         w.result.set(None)
@@ -269,6 +294,11 @@ def read_directly(conn: Connection, parser: ResponseParser) -> None:
                 left = conn.request_deadline - perf_counter()
                 if left <= 0:
                     raise request_timed_out(parser.resp)
+                timeout = min(timeout, left)
+            if conn.cancel_at:
+                left = conn.cancel_at - perf_counter()
+                if left <= 0:
+                    raise cancelled(parser.resp)
                 timeout = min(timeout, left)
             conn.sock.settimeout(timeout)
             chunk = recv(RECV_SIZE)

@@ -21,7 +21,7 @@ from llmload.sim.requests import GenRequest, RequestError, extra_forbidden, open
 from llmload.sim.server.conn import OUT, Conn, Job
 from llmload.sim.server.http import END_CHUNKED, STREAM_HEAD, frame
 from llmload.sim.text import TOKEN_COUNT, TOKENS, text_of
-from llmload.sim.wire import make_wire
+from llmload.sim.typed_wire import make_wire
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator

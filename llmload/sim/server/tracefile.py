@@ -3,13 +3,15 @@
 Every worker process appends to the same file with ``O_APPEND``; each line is one ``write``, so lines from
 different workers never interleave. Times are ``time.monotonic()`` seconds; ``wall_offset`` turns them into
 wall-clock time. ``cached_tokens`` are the prompt tokens the prefix cache held, ``prefill_tokens`` the rest
-(the prompt tokens the engine computed); ``session`` is the ``--session-header`` value. Only with
+(the prompt tokens the engine computed); ``session`` is the ``--session-header`` value; ``ended`` when the
+request ended (for ``client_closed``: when the server saw the client close the connection). Only with
 ``--trace-prompts`` does a line carry the request's ``messages`` (chat) or ``prompt``: traces stay small.
 """
 
 from __future__ import annotations
 
 import os
+import time
 from typing import TYPE_CHECKING
 
 import orjson
@@ -33,6 +35,8 @@ def trace_entry(job: Job, status: str, wall_offset: float) -> dict:
         "received": job.received,
         "headers_sent": job.started,
         "chunks": job.chunk_times,
+        # when it ended: the last chunk, or when the server saw the client go (status client_closed)
+        "ended": time.monotonic(),
         "tokens": job.chunk_tokens,
         "prompt_tokens": job.req.prompt_tokens,
         "completion_tokens": sum(job.chunk_tokens),
