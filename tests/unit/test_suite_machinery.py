@@ -162,3 +162,12 @@ def test_each_worker_gets_its_own_ports() -> None:
     for ports in drawn.values():
         assert len(set(ports)) == len(ports) == 40 and max(ports) < low
     assert not set(drawn["gw0"]) & set(drawn["gw1"])
+
+
+def test_no_two_test_modules_share_a_name() -> None:
+    # tests/ has no packages: pytest imports every test module by its bare name, so a second
+    # tests/*/test_x.py is an "import file mismatch" and its whole module is never run
+    names: dict[str, list[str]] = {}
+    for path in TESTS.rglob("test_*.py"):
+        names.setdefault(path.name, []).append(str(path.relative_to(TESTS)))
+    assert not {name: where for name, where in names.items() if len(where) > 1}
