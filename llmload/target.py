@@ -94,7 +94,7 @@ def resolve_target(options: Any, base_url: str, api_key: str | None, *, ask: boo
     (the same option names). Asks ``/v1/models`` only when the model or the tokenizer is not given (or ``ask``:
     the simulator started for this run, whose profile a sweep names); :class:`EndpointError` when no model can
     be found."""
-    model = getattr(options, "model", "") or ""
+    model = (getattr(options, "model", "") or "").split(",")[0].strip()  # --model a,b,c: the first names the run
     if model and getattr(options, "tokenizer", "") and not ask:
         return Resolved(model)
     timeout = min(float(getattr(options, "read_timeout", 0) or 30.0), 30.0)

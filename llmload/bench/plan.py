@@ -10,6 +10,7 @@ from typing import Any
 
 from llmload.bench.console import log
 from llmload.core.cancel import cancel_plan
+from llmload.core.models import model_mix
 from llmload.core.run import RunConfig
 from llmload.core.workload import replays_trace
 from llmload.errors import ConfigError
@@ -76,6 +77,8 @@ class RunPlan:
         if trace and (args.rate_shape or args.constant_rate):
             raise ConfigError("a trace brings its own arrival times: drop --rate-shape/--constant-rate")
         cancel_plan(args.cancel_rate, args.cancel_after, args.seed)  # a bad spec: one line, exit 2, now
+        model_mix(args.model, args.model_selection, args.model_weights, args.lora_modules, args.lora_assignment,
+                  args.seed)
         if args.think_time and not args.max_concurrency:
             raise ConfigError("--think-time needs --max-concurrency N (the number of closed-loop users)")
         if args.rate_shape:

@@ -26,6 +26,8 @@ def start_target(plan: RunPlan, stack: ExitStack) -> Target:
         sim_args = ["--tokenizer", "builtin", *shlex.split(args.sim_args)]
         if args.model:
             sim_args += ["--model", args.model]
+        if args.lora_modules and "--lora-modules" not in sim_args:
+            sim_args += ["--lora-modules", ",".join(args.lora_modules)]  # it serves the adapters asked for
         log(f"No --base-url given: starting the built-in simulator (llmload sim {' '.join(sim_args)})")
         sim = stack.enter_context(SimProcess(sim_args))
         base_url = sim.url

@@ -29,6 +29,7 @@ from llmload.client.failures import (
 from llmload.client.reader import StreamReader
 from llmload.client.records import RequestRecord
 from llmload.client.transport import Pool, TransportError
+from llmload.core.models import ModelMix
 from llmload.core.schedule import Scheduled
 from llmload.core.state import state_of
 from llmload.datasets.base import SampleRequest
@@ -69,6 +70,9 @@ class LLMUser(User):
     #: which requests the client cancels on purpose, and when (``--cancel-rate``/``--cancel-after``: a
     #: :class:`~llmload.core.cancel.CancelPlan`); None cancels nothing
     cancel: Any = None
+    #: several models or LoRA adapters: a :class:`~llmload.core.models.ModelMix`, or a list of names taken in
+    #: turn; None: every request names ``model``
+    models: Any = None
     #: multi-turn replay: the header that carries each conversation's id, for session-affine routers
     #: (``--session-header``; '' sends none)
     session_header: str = "X-Session-ID"
@@ -86,6 +90,8 @@ class LLMUser(User):
         self._path = self.endpoint or self.dialect.default_path
         self._worker = f"{os.getpid()}"
         self._run = state_of(environment)
+        mix = self.models
+        self._mix = ModelMix(tuple(mix)) if isinstance(mix, list | tuple) and mix else mix
         headers = {"Accept-Encoding": "identity", "Content-Type": "application/json", "Accept": "text/event-stream",
                    **self.dialect.extra_headers()}
         if self.api_key:
@@ -111,10 +117,12 @@ class LLMUser(User):
     def new_record(self, request: Scheduled | SampleRequest, intended_send: float | None = None) -> RequestRecord:
         """The record of one request: a scheduled one keeps its run-wide id, a bare sample gets one."""
         if isinstance(request, Scheduled):
-            sample, request_id = request.sample, request.request_id
+            sample, request_id, index = request.sample, request.request_id, request.index
         else:
             sample, request_id = request, request.request_id or f"{self._worker}-{self._run.next_id()}"
+            index = None
         return RequestRecord(
+            model=self._mix.pick(index, request_id) if self._mix is not None else self.model,
             request_id=request_id,
             backend=self.dialect.name,
             prompt_len=sample.prompt_len,
@@ -135,11 +143,11 @@ class LLMUser(User):
         concurrency slot freed then lets the next request go while this one's events are parsed.
         """
         sample = request.sample if isinstance(request, Scheduled) else request
-        body = self.dialect.build_body(sample.prompt, sample.expected_output_len, model=self.model,
-                                        ignore_eos=self.ignore_eos, extra=self.extra_body or None,
-                                        messages=getattr(sample, "messages", None))
         if record is None:
             record = self.new_record(request, intended_send)
+        body = self.dialect.build_body(sample.prompt, sample.expected_output_len, model=record.model or self.model,
+                                        ignore_eos=self.ignore_eos, extra=self.extra_body or None,
+                                        messages=getattr(sample, "messages", None))
         streaming = bool(body.get("stream", True))
         reader = StreamReader(self, record, streaming)
         self._run.in_flight += 1

@@ -45,7 +45,14 @@ def _server_and_timing(parser: argparse.ArgumentParser) -> None:
     net.add_argument("--port", type=argtypes.port_or_zero, default=8000, help="port to bind; 0 picks a free one (default: %(default)s)")
     net.add_argument("--workers", type=argtypes.positive_int, default=1,
                      help="processes sharing the port with SO_REUSEPORT; each is an independent engine replica")
-    net.add_argument("--model", default="llmload-sim", help="model name served and required in requests")
+    net.add_argument("--model", default="llmload-sim",
+                     help="model name served and required in requests; several, comma-separated, all served")
+    net.add_argument("--lora-modules", default="", metavar="A,B,...",
+                     help="LoRA adapters served as model names of their own (docs/simulator.md, \"LoRA adapters\")")
+    net.add_argument("--max-loras", type=argtypes.positive_int, default=1, metavar="N",
+                     help="adapters loaded at a time, least recently used out first (default: %(default)s)")
+    net.add_argument("--lora-load-ms", type=argtypes.non_negative, default=20.0, metavar="MS",
+                     help="what loading an adapter that is not loaded adds before its prefill (default: %(default)s)")
     net.add_argument("--dialect", choices=DIALECTS, default="vllm",
                      help="stream quirks of which engine to reproduce (default: %(default)s)")
     net.add_argument("--max-model-len", type=argtypes.positive_int, default=32768, help="prompt + max_tokens limit")
@@ -141,7 +148,10 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
     if args.max_num_seqs:
         profile = replace(profile, max_num_seqs=args.max_num_seqs)
     return SimConfig(
-        host=args.host, port=args.port, model=args.model, dialect=args.dialect, profile=profile,
+        host=args.host, port=args.port, model=args.model.split(",")[0].strip(), dialect=args.dialect, profile=profile,
+        extra_models=tuple(m.strip() for m in args.model.split(",")[1:] if m.strip()),
+        lora_modules=tuple(m.strip() for m in args.lora_modules.split(",") if m.strip()), max_loras=args.max_loras,
+        lora_load_ms=args.lora_load_ms,
         ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, tokens_per_chunk=args.tokens_per_chunk, seed=args.seed,
         eos_prob=args.eos_prob, default_max_tokens=args.default_max_tokens, max_model_len=args.max_model_len,
         faults=Faults(

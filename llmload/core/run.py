@@ -120,7 +120,7 @@ class Target:
         given, and its first request says what is wrong."""
         from llmload.target import Resolved, resolve_target
 
-        given = getattr(options, "model", "") or ""
+        given = (getattr(options, "model", "") or "").split(",")[0].strip()
         try:
             found = resolve_target(options, base_url, api_key, ask=built_in_sim) if base_url else Resolved(given)
         except LLMLoadError:
@@ -245,10 +245,15 @@ class Run:
 
         records = finish_records(outcome.records, self.workload.tokenizer if self.workload else None)
         config = self.config
-        metrics = compute_metrics(records, max(outcome.duration, 1e-9), goodput_slos=config.goodput,
-                                  selected_percentiles=config.percentiles, selected_metrics=config.metrics,
-                                  ttft_rule=config.ttft_rule, schedule_lags_s=outcome.schedule_lags_s,
-                                  class_slos=class_slos)
+        def measure(part: Sequence[RequestRecord], lags: Sequence[float] | None) -> Any:
+            return compute_metrics(part, max(outcome.duration, 1e-9), goodput_slos=config.goodput,
+                                   selected_percentiles=config.percentiles, selected_metrics=config.metrics,
+                                   ttft_rule=config.ttft_rule, schedule_lags_s=lags, class_slos=class_slos)
+
+        metrics = measure(records, outcome.schedule_lags_s)
+        models = sorted({r.model for r in records})
+        if len(models) > 1:  # --model a,b,c or --lora-modules: each model's numbers over its own requests
+            metrics.by_model = {m: measure([r for r in records if r.model == m], None) for m in models}
         return Measured(records, metrics)
 
 

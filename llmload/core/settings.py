@@ -13,6 +13,7 @@ from typing import Any
 
 from llmload.core.cancel import CancelAfter, CancelPlan, cancel_plan
 from llmload.core.conversation import ConversationPolicy
+from llmload.core.models import ModelMix, model_mix
 from llmload.core.workload import forces_output_len
 from llmload.options import option_value
 
@@ -35,6 +36,8 @@ class UserSettings:
     conversation: ConversationPolicy | None
     #: ``--cancel-rate``/``--cancel-after`` (None: nothing is cancelled)
     cancel: CancelPlan | None
+    #: ``--model a,b,c`` or ``--lora-modules``: the model each request names (None: ``model`` for all)
+    models: ModelMix | None
 
     @classmethod
     def from_options(cls, opts: Any, *, model: str, api_key: str | None,
@@ -55,6 +58,9 @@ class UserSettings:
             conversation=conversation,
             cancel=cancel_plan(option_value(opts, "cancel_rate"), option_value(opts, "cancel_after"),
                                int(option_value(opts, "seed"))),
+            models=model_mix(option_value(opts, "model"), option_value(opts, "model_selection"),
+                             option_value(opts, "model_weights"), option_value(opts, "lora_modules"),
+                             option_value(opts, "lora_assignment"), int(option_value(opts, "seed"))),
         )
 
     def attributes(self) -> dict[str, Any]:
@@ -66,6 +72,7 @@ class UserSettings:
         out = self.attributes()
         out["conversation"] = asdict(self.conversation) if self.conversation is not None else None
         out["cancel"] = asdict(self.cancel) if self.cancel is not None else None
+        out["models"] = asdict(self.models) if self.models is not None else None
         return out
 
     @classmethod
@@ -76,5 +83,8 @@ class UserSettings:
             after = cancel["after"]
             plan = CancelPlan(cancel["rate"], CancelAfter(after["distribution"], tuple(after["args"]), after["tokens"]),
                               cancel["seed"])
+        models = data.get("models")
+        mix = ModelMix(tuple(models["names"]), models["selection"], tuple(models["weights"]), models["seed"]) \
+            if models else None
         return cls(**{**data, "conversation": ConversationPolicy(**conversation) if conversation else None,
-                      "cancel": plan})
+                      "cancel": plan, "models": mix})

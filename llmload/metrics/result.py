@@ -114,6 +114,8 @@ class BenchmarkMetrics:
     class_slos: dict[str, dict[str, float]] = field(default_factory=dict)
     #: user class -> that class's metrics; empty unless the records carry more than one class
     by_class: dict[str, BenchmarkMetrics] = field(default_factory=dict)
+    #: model (or LoRA adapter) -> the metrics of the requests that named it; empty unless they named several
+    by_model: dict[str, BenchmarkMetrics] = field(default_factory=dict)
     #: turns, conversations, reasoning and prefix-cache numbers; None for a run with none of those
     #: (:mod:`llmload.metrics.conversations`)
     conversations: ConversationMetrics | None = None
@@ -162,6 +164,8 @@ class BenchmarkMetrics:
             result.update(self.conversations.result_keys())
         if self.by_class:
             result["by_class"] = {c: m.class_result_dict() for c, m in self.by_class.items()}
+        if self.by_model:
+            result["by_model"] = {name: m.class_result_dict() for name, m in self.by_model.items()}
         return result
 
     def _own_keys(self) -> dict[str, Any]:

@@ -119,6 +119,13 @@ class SimConfig:
     host: str = "127.0.0.1"
     port: int = 8000
     model: str = "llmload-sim"
+    #: more model names served the same way (``--model a,b,c``: the first is ``model``)
+    extra_models: tuple[str, ...] = ()
+    #: LoRA adapters served as model names (``--lora-modules``); at most ``max_loras`` loaded, loading one costs
+    #: ``lora_load_ms`` (:mod:`llmload.sim.lora`)
+    lora_modules: tuple[str, ...] = ()
+    max_loras: int = 1
+    lora_load_ms: float = 20.0
     dialect: str = "vllm"
     profile: Profile = field(default_factory=lambda: PROFILES[DEFAULT_PROFILE])
     #: fixed-timing mode when both are set: every request gets exactly these times
@@ -148,6 +155,11 @@ class SimConfig:
     session_header: str = "X-Session-ID"
     #: the trace also records each request's messages or prompt
     trace_prompts: bool = False
+
+    @property
+    def served_names(self) -> tuple[str, ...]:
+        """Every name a request may give as its ``model``: the models, then the adapters."""
+        return (self.model, *self.extra_models, *self.lora_modules)
 
     @property
     def fixed_timing(self) -> bool:

@@ -51,6 +51,8 @@ class GenRequest:
     reasoning_tokens: int = 0
     #: ``--trace-prompts``: the chat messages (role and content) or the prompt, as received
     trace_prompt: object = None
+    #: the LoRA adapter the request named as its model ('' for a base model)
+    adapter: str = ""
 
 
 class RequestError(Exception):
@@ -185,6 +187,7 @@ class RequestParser:
             kind=kind,
             stream=fields.stream,
             model=model,
+            adapter=model if model in cfg.lora_modules else "",
             prompt_tokens=prompt_tokens,
             max_tokens=max_tokens,
             output_tokens=output_tokens,
@@ -237,7 +240,7 @@ class _Fields:
 
 def _openai_fields(kind: str, body: dict, model: object, cfg: SimConfig) -> _Fields:
     """``/v1/completions`` and ``/v1/chat/completions``: vLLM's defaults and its 400/404 answers."""
-    if model != cfg.model:
+    if model not in cfg.served_names:
         raise openai_error(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
     n = body.get("n", 1)
     if n != 1:
@@ -260,7 +263,7 @@ def _openai_fields(kind: str, body: dict, model: object, cfg: SimConfig) -> _Fie
 
 
 def _check_model(model: object, cfg: SimConfig) -> None:
-    if model != cfg.model:
+    if model not in cfg.served_names:
         raise openai_error(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
 
 

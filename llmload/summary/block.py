@@ -171,17 +171,20 @@ def _health_lines(health: dict[str, Any]) -> list[str]:
     return lines
 
 
-def format_class_block(metrics: BenchmarkMetrics) -> str:
-    """Per user class (``metrics.by_class``): requests, tokens, throughput, goodput and the selected metrics'
-    mean, median and percentiles over that class's requests; empty for a run with one class."""
-    if not metrics.by_class:
+def format_class_block(metrics: BenchmarkMetrics, *, by: str = "class") -> str:
+    """Per user class (``metrics.by_class``; ``by="model"``: per model, ``metrics.by_model``): requests, tokens,
+    throughput, goodput and the selected metrics' mean, median and percentiles over that part's requests;
+    empty for a run with one."""
+    parts = metrics.by_model if by == "model" else metrics.by_class
+    if not parts:
         return ""
-    lines = [heading(" By user class ")]
-    for user_class, m in metrics.by_class.items():
-        lines.append(heading(user_class or "(no class)", "-"))
+    lines = [heading(" By model " if by == "model" else " By user class ")]
+    for user_class, m in parts.items():
+        lines.append(heading(user_class or f"(no {by})", "-"))
         lines += [
             int_line("Successful requests:", m.completed),
             int_line("Failed requests:", m.failed),
+            *([int_line("Cancelled by the client:", m.cancelled)] if m.cancelled else []),
             int_line("Cut off by end of run:", m.cut_off),
             int_line("Total input tokens:", m.total_input),
             int_line("Total generated tokens:", m.total_output),
@@ -223,5 +226,6 @@ def format_summary(
             client_health=client_health,
         ),
     ]
-    blocks += [block for block in (format_conversation_blocks(metrics), format_class_block(metrics)) if block]
+    blocks += [block for block in (format_conversation_blocks(metrics), format_class_block(metrics),
+                                   format_class_block(metrics, by="model")) if block]
     return "\n".join(blocks)

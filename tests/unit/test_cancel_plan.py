@@ -52,7 +52,8 @@ def test_the_draw_depends_on_seed_and_request_id_only() -> None:
 
 def test_the_plan_travels_to_workers_in_the_user_settings() -> None:
     plan = cancel_plan(0.25, "tokens:uniform:5:9", 3)
-    settings = UserSettings("vllm", None, "m", False, "content", None, 1.0, 2.0, None, "X-Session-ID", None, plan)
+    settings = UserSettings("vllm", None, "m", False, "content", None, 1.0, 2.0, None, "X-Session-ID", None, plan,
+                            None)
     again = UserSettings.from_message(settings.to_message())
     assert again.cancel == plan and isinstance(again.cancel.after, CancelAfter)
 

@@ -215,6 +215,8 @@ class RequestRecord:
     user_class: str = ""
     #: the client cancelled it on purpose (``--cancel-rate``): its own outcome, neither completed nor failed
     cancelled: bool = False
+    #: the model (or LoRA adapter) the request named (``--model a,b``, ``--lora-modules``)
+    model: str = ""
     #: set when the records journal holds the generated text instead of ``generated_text`` (not a column of the
     #: records file: :meth:`to_dict` writes the text itself)
     held_text: HeldText | None = field(default=None, repr=False, compare=False)
@@ -278,4 +280,4 @@ class RequestRecord:
 _FIELDS = tuple(f for f in fields(RequestRecord) if f.name != "held_text")
 _NAMES = frozenset(f.name for f in _FIELDS)
 #: string fields with a few values per run, shared by :meth:`RequestRecord.compact`
-_LABELS = ("backend", "output_tokens_source", "failure_kind", "worker", "user_class", "conversation_end")
+_LABELS = ("backend", "output_tokens_source", "failure_kind", "worker", "user_class", "conversation_end", "model")

@@ -45,7 +45,7 @@ class Job:
 
     __slots__ = (
         "chunk_times", "chunk_tokens", "client_id", "conn", "fault", "fault_at", "generated", "held", "in_engine",
-        "path", "received", "req", "request_id", "seq", "session", "stalled_until", "started", "text", "wire",
+        "lora_load", "path", "received", "req", "request_id", "seq", "session", "stalled_until", "started", "text", "wire",
     )
 
     def __init__(self, conn: Conn, req: GenRequest, wire: Wire, request_id: str, client_id: str, path: str) -> None:
@@ -72,6 +72,8 @@ class Job:
         self.held: list[bytes] = []
         #: generation started (the engine, or the fixed-timing clock, has it): /metrics counts its end
         self.in_engine = False
+        #: seconds its LoRA adapter took to load before the prefill (0: loaded already, or a base model)
+        self.lora_load = 0.0
 
     @property
     def cached_tokens(self) -> int:

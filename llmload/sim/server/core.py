@@ -20,6 +20,7 @@ from llmload.sim.config import SimConfig
 from llmload.sim.engine import BatchEngine
 from llmload.sim.faults import FaultPicker
 from llmload.sim.loop import EventLoop
+from llmload.sim.lora import AdapterSlots
 from llmload.sim.metrics import EngineTrace, Exposition, SharedStats, WorkerStats, dialect_metrics
 from llmload.sim.prefix_cache import PrefixCache
 from llmload.sim.requests import RequestParser, Tokenize
@@ -44,6 +45,8 @@ class SimServer(Streaming, HttpFront, Observing, Connections):
         # one cache per process: --workers N behave as N replicas, each with its own prefix cache
         self.prefix_cache = (PrefixCache(config.prefix_cache_tokens, config.prefix_cache_block)
                              if config.prefix_cache else None)
+        #: the loaded LoRA adapters of this process (--workers: each replica its own)
+        self.adapters = AdapterSlots(config.max_loras, config.lora_load_ms)
         self.engine = (None if config.fixed_timing
                        else BatchEngine(config.profile, config.tokens_per_chunk, self.prefix_cache))
         self._step_deadline: float | None = None
@@ -112,4 +115,6 @@ class SimServer(Streaming, HttpFront, Observing, Connections):
                 "tokens": cache.tokens, "capacity_tokens": cache.capacity_blocks * cache.block_size,
                 "hit_tokens": cache.hits, "query_tokens": cache.queries,
             },
+            "lora": {"loads": self.adapters.loads, "loaded": self.adapters.active,
+                     "max_loras": self.adapters.max_loras} if self.config.lora_modules else None,
         }

@@ -125,7 +125,9 @@ class HttpFront:
         elif path == "/health" and method in ("GET", "HEAD"):
             self._respond(conn, 200, b"")
         elif path == "/v1/models" and method == "GET":
-            self._respond(conn, 200, orjson.dumps({"object": "list", "data": [self._model_card()]}))
+            cards = [self._model_card(name) for name in (self.config.model, *self.config.extra_models)]
+            cards += [self._model_card(name, parent=self.config.model) for name in self.config.lora_modules]
+            self._respond(conn, 200, orjson.dumps({"object": "list", "data": cards}))
         elif path == "/sim/stats" and method == "GET":
             self._respond(conn, 200, orjson.dumps(self.stats()))
         elif path == "/sim/stats/reset" and method == "POST":
@@ -138,9 +140,10 @@ class HttpFront:
             err = openai_error(404, f"no route for {method} {path}", "NotFoundError")
             self._respond(conn, 404, err.body)
 
-    def _model_card(self) -> dict:
+    def _model_card(self, name: str, parent: str | None = None) -> dict:
         # llmload_tokenizer: the tokenizer a client should count with (llmload.target.describe_server):
-        # --tokenizer's value, else builtin, the one llmload bench uses against its own simulator
-        return {"id": self.config.model, "object": "model", "created": 0, "owned_by": "llmload",
+        # --tokenizer's value, else builtin, the one llmload bench uses against its own simulator; an adapter
+        # names its base model as parent, as vLLM lists LoRA modules
+        return {"id": name, "object": "model", "created": 0, "owned_by": "llmload", "parent": parent,
                 "max_model_len": self.config.max_model_len,
                 "llmload_tokenizer": self.config.tokenizer or BUILTIN, "llmload_profile": self.config.profile.name}

@@ -140,6 +140,7 @@ class Streaming:
         if job.req.stream:
             self._send(conn, STREAM_HEAD + frame(job.wire.head_events()))
         cfg = self.config
+        job.lora_load = self.adapters.admit(job.req.adapter)  # a swap-in delays the prefill (sim/lora.py)
         if self.engine is None:
             req = job.req
             cache = self.prefix_cache
@@ -148,16 +149,24 @@ class Streaming:
                 req.cached_tokens = cache.lookup(req.block_hashes, req.prompt_tokens)
                 cache.end_batch()
             ttft = ((cfg.ttft_ms or 0.0) + cfg.prefill_ms_per_token * (req.prompt_tokens - req.cached_tokens)) / 1000.0
-            self.loop.call_at(job.received + ttft, self._fixed_tick, job)
+            self.loop.call_at(job.received + job.lora_load + ttft, self._fixed_tick, job)
             self._fixed_running += 1
             self._publish()
+        elif job.lora_load:
+            self.loop.call_at(now + job.lora_load, self._to_engine, job)
         else:
-            job.seq = Seq(job, job.req.prompt_tokens, job.req.output_tokens, job.req.block_hashes)
-            self.engine.add(job.seq)
-            if self._step_deadline is None:
-                self._begin_step(now)
-            else:
-                self._publish()  # it waits for the next step
+            self._to_engine(job, now)
+
+    def _to_engine(self, job: Job, now: float) -> None:
+        """The engine takes the request (after its adapter loaded, when it had to)."""
+        if job.conn.closed or job.conn.job is not job:
+            return  # the client left while the adapter loaded
+        job.seq = Seq(job, job.req.prompt_tokens, job.req.output_tokens, job.req.block_hashes)
+        self.engine.add(job.seq)
+        if self._step_deadline is None:
+            self._begin_step(now)
+        else:
+            self._publish()  # it waits for the next step
 
     def _abandon(self, job: Job, status: str = "client_closed") -> None:
         """The client went away mid-request (or a fault dropped it): free its engine slot and record it."""

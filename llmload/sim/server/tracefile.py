@@ -48,6 +48,9 @@ def trace_entry(job: Job, status: str, wall_offset: float) -> dict:
         "prefill_tokens": req.prompt_tokens - cached,
         "reasoning_tokens": min(req.reasoning_tokens, sum(job.chunk_tokens)),
         "session": job.session,
+        "model": req.model,
+        # seconds its LoRA adapter took to load first (0: loaded, or a base model)
+        "lora_load_s": job.lora_load,
     }
     if req.trace_prompt is not None:
         as_messages = req.kind in ("chat", "messages") or (req.kind == "responses"
