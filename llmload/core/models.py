@@ -15,6 +15,7 @@ record (``model``) and the metrics break down by it (``by_model``). docs/arrival
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -48,7 +49,8 @@ class ModelMix:
 def model_mix(models: str | None, selection: str | None, weights: str | None, lora_modules: Sequence[str] | None,
               lora_assignment: str | None, seed: int) -> ModelMix | None:
     """The run's mix from the options; None for one model (the usual run). One-line errors for bad input."""
-    adapters = tuple(name for item in (lora_modules or ()) for name in str(item).split(",") if name.strip())
+    # the web UI's start form gives a list option as one string: names apart by commas or spaces
+    adapters = tuple(name for item in (lora_modules or ()) for name in re.split(r"[,\s]+", str(item)) if name)
     names = tuple(n.strip() for n in (models or "").split(",") if n.strip())
     if adapters:
         if weights:
@@ -56,7 +58,7 @@ def model_mix(models: str | None, selection: str | None, weights: str | None, lo
         assignment = lora_assignment or "random"
         if assignment not in ("random", "round-robin"):
             raise ConfigError(f"--lora-assignment must be random or round-robin, got {assignment!r}")
-        return ModelMix(tuple(a.strip() for a in adapters), assignment, (), seed)
+        return ModelMix(adapters, assignment, (), seed)
     if len(names) <= 1:
         if weights or (selection and selection != "round-robin"):
             raise ConfigError("--model-selection and --model-weights need several models: --model a,b,c")

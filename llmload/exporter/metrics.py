@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
-from llmload.client.failures import KINDS, kind_of
+from llmload.client.failures import CANCELLED, KINDS, kind_of
 from llmload.exporter.collector import Family, snapshot
 from llmload.metrics.definitions import (
     e2el_s,
@@ -46,12 +46,12 @@ E2E_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 2
 LAG_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 #: the outcomes of ``llmload_requests_total`` (they add up to the requests sent, as in the result JSON)
-OUTCOMES = ("completed", "failed", "cut_off")
+OUTCOMES = ("completed", "failed", "cancelled", "cut_off")
 CLASS = "user_class"
 
 #: key -> (family name, help, extra labels, buckets or None for a counter)
 FAMILIES: dict[str, tuple[str, str, tuple[str, ...], tuple[float, ...] | None]] = {
-    "requests": ("llmload_requests_total", "Requests that ended, by outcome (completed, failed, cut_off).",
+    "requests": ("llmload_requests_total", "Requests that ended, by outcome (completed, failed, cancelled, cut_off).",
                  ("outcome",), None),
     "errors": ("llmload_errors_total", "Requests that did not complete, by failure kind (docs/reliability.md).",
                ("kind",), None),
@@ -110,7 +110,8 @@ class LiveExporter:
         for outcome in OUTCOMES:
             families["requests"].touch((name, outcome))
         for kind in KINDS:
-            families["errors"].touch((name, kind))
+            if kind != CANCELLED:
+                families["errors"].touch((name, kind))
         for key, family in families.items():
             if key not in ("requests", "errors"):
                 family.touch((name,))
@@ -121,7 +122,8 @@ class LiveExporter:
         """Count one finished record (a record listener: called once per request)."""
         name = record.user_class if self.by_class else ""
         completed = is_completed(record)
-        outcome = "completed" if completed else "cut_off" if record.cut_off else "failed"
+        outcome = ("completed" if completed else "cut_off" if record.cut_off
+                   else "cancelled" if record.cancelled else "failed")
         lag = schedule_lag_s(record) if self.schedule_lag else None
         f = self._families
         with self._lock:
@@ -131,7 +133,8 @@ class LiveExporter:
             if lag is not None:
                 f["schedule_lag"].histogram((name,)).observe(lag)
             if not completed:
-                f["errors"].inc((name, kind_of(record)))
+                if outcome != "cancelled":  # a cancel is no failure (--cancel-rate)
+                    f["errors"].inc((name, kind_of(record)))
                 return
             f["output_tokens"].inc((name,), output_tokens(record))
             f["input_tokens"].inc((name,), input_tokens(record))

@@ -41,6 +41,19 @@ def failed(kind: str, *, cls: str = "") -> RequestRecord:
                          cut_off=kind == CUT_OFF)
 
 
+def test_a_cancelled_request_is_its_own_outcome_and_no_error() -> None:
+    exporter = LiveExporter()
+    record = failed("cancelled")
+    record.cancelled = True
+    for r in (record, failed(HTTP_5XX)):
+        exporter.observe(r)
+    s = scrape(exporter)
+    assert value(s, "llmload_requests_total", outcome="cancelled", user_class="") == 1
+    assert value(s, "llmload_requests_total", outcome="failed", user_class="") == 1
+    assert sum(s["llmload_errors_total"].values()) == 1
+    assert all(dict(labels)["kind"] != "cancelled" for labels in s["llmload_errors_total"])
+
+
 def scrape(exporter: LiveExporter) -> dict[str, dict[tuple, float]]:
     """sample name -> {sorted label items: value}, from the text format."""
     out: dict[str, dict[tuple, float]] = {}
@@ -93,7 +106,7 @@ def test_counts_and_sums_match_the_records() -> None:
     assert value(s, "llmload_schedule_lag_seconds_sum", user_class="") == pytest.approx(0.002)
     # every series of the class exists from the start, at 0 until it happens
     assert value(s, "llmload_errors_total", kind="connect", user_class="") == 0
-    assert {dict(labels)["kind"] for labels in s["llmload_errors_total"]} == set(KINDS)
+    assert {dict(labels)["kind"] for labels in s["llmload_errors_total"]} == set(KINDS) - {"cancelled"}  # no error
     assert IN_FLIGHT not in s  # unknown until told
 
 
@@ -185,7 +198,7 @@ def test_names_follow_prometheus_conventions_and_the_global_registry_is_untouche
     assert "_created" not in exporter.exposition().decode()
     assert {f.name for f in text_string_to_metric_families(exporter.exposition().decode())} >= {
         "llmload_requests", "llmload_ttft_seconds", IN_FLIGHT}
-    assert set(OUTCOMES) == {"completed", "failed", "cut_off"}
+    assert set(OUTCOMES) == {"completed", "failed", "cancelled", "cut_off"}
 
 
 # -- serving ---------------------------------------------------------------------------------------------------

@@ -103,7 +103,8 @@
     p.appendChild(el("h3", {text: "Throughput"}));
     var tput = el("tbody");
     [["requests_per_s", "Requests/s"], ["output_tokens_per_s", "Output tokens/s"], ["goodput_per_s", "Goodput (req/s)"],
-     ["completed", "Completed"], ["failed", "Failed"], ["cut_off", "Cut off"], ["total_output_tokens", "Output tokens"]
+     ["completed", "Completed"], ["failed", "Failed"], ["cancelled", "Cancelled"], ["cut_off", "Cut off"],
+     ["total_output_tokens", "Output tokens"]
     ].forEach(function (m) {
       tput.appendChild(el("tr", {}, [el("td", {text: m[1]}), el("td", {id: "llm-w-" + m[0], text: "–"}),
                                      el("td", {id: "llm-r-" + m[0], text: "–"})]));
@@ -185,7 +186,7 @@
     ["requests_per_s", "output_tokens_per_s", "goodput_per_s"].forEach(function (k) {
       put("llm-w-" + k, w[k]); put("llm-r-" + k, r[k]);
     });
-    ["completed", "failed", "cut_off", "total_output_tokens"].forEach(function (k) {
+    ["completed", "failed", "cancelled", "cut_off", "total_output_tokens"].forEach(function (k) {
       put("llm-w-" + k, w[k], 0); put("llm-r-" + k, r[k], 0);
     });
     var eb = document.getElementById("llm-errors-body");
