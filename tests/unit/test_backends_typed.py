@@ -5,7 +5,7 @@ first content event, one counted event per text delta, usage from the final even
 from __future__ import annotations
 
 import pytest
-from test_backends import VLLM_CHAT, events
+from test_backends import VLLM_CHAT, check_mutations, events
 
 from llmload.client.backends import get_backend
 
@@ -131,19 +131,4 @@ def test_bodies_headers_and_whole_responses() -> None:
 
 
 def test_mutated_typed_streams_never_raise() -> None:
-    import random
-
-    from test_backends import _check_all
-
-    from llmload.client.sse import parse_line
-
-    rng = random.Random(7)
-    lines = [ln for s in (RESPONSES, MESSAGES) for ln in s.splitlines() if ln.startswith(b"data:")]
-    for _ in range(2000):
-        line = bytearray(rng.choice(lines))
-        for _ in range(rng.randrange(1, 4)):
-            i = rng.randrange(len(line))
-            line[i : i + rng.randrange(1, 4)] = rng.randbytes(rng.randrange(0, 3))
-        payload = parse_line(bytes(line))
-        if payload is not None:
-            _check_all(payload)
+    check_mutations([RESPONSES, MESSAGES], seed=7, rounds=2000)
