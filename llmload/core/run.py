@@ -245,15 +245,10 @@ class Run:
 
         records = finish_records(outcome.records, self.workload.tokenizer if self.workload else None)
         config = self.config
-        def measure(part: Sequence[RequestRecord], lags: Sequence[float] | None) -> Any:
-            return compute_metrics(part, max(outcome.duration, 1e-9), goodput_slos=config.goodput,
-                                   selected_percentiles=config.percentiles, selected_metrics=config.metrics,
-                                   ttft_rule=config.ttft_rule, schedule_lags_s=lags, class_slos=class_slos)
-
-        metrics = measure(records, outcome.schedule_lags_s)
-        models = sorted({r.model for r in records})
-        if len(models) > 1:  # --model a,b,c or --lora-modules: each model's numbers over its own requests
-            metrics.by_model = {m: measure([r for r in records if r.model == m], None) for m in models}
+        metrics = compute_metrics(records, max(outcome.duration, 1e-9), goodput_slos=config.goodput,
+                                  selected_percentiles=config.percentiles, selected_metrics=config.metrics,
+                                  ttft_rule=config.ttft_rule, schedule_lags_s=outcome.schedule_lags_s,
+                                  class_slos=class_slos)
         return Measured(records, metrics)
 
 

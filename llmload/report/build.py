@@ -9,6 +9,7 @@ from llmload.errors import ConfigError, DatasetError
 from llmload.metrics import parse_goodput
 from llmload.report.findings import Finding, compare_findings, run_findings
 from llmload.report.loader import load_runs
+from llmload.report.parts import model_tables_html, model_tables_markdown
 from llmload.report.server_findings import server_findings
 from llmload.report.server_tables import server_html, server_markdown, server_table, with_server_rows
 from llmload.report.stats import RunStats
@@ -87,14 +88,16 @@ def build(paths: list[str], out_dir: str | Path, *, name: str, title: str | None
     md = [f"# {title}", ""]
     if any(s.run.simulated for s in stats):
         md += ["**SIMULATED**: runs against llmload's simulated engine, not a real inference server.", ""]
-    md += [to_markdown(table), *turn_tables_markdown(stats), *server_markdown(stats, server), "## Findings", ""]
+    md += [to_markdown(table), *turn_tables_markdown(stats), *model_tables_markdown(stats),
+           *server_markdown(stats, server), "## Findings", ""]
     md += [f"- {f.text()}" for f in findings] or ["- none"]
     if notes:
         md += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     md += ["", "## Figures", ""] + [f"![{f.title}]({f.path.name})" for f in figures]
     files = [out / f"{name}.html", out / f"{name}.md", out / f"{name}.csv"]
     files[0].write_text(render_html(title, stats, to_html(table), findings, figures, notes, base,
-                                    turns_html=turn_tables_html(stats), server_html=server_html(stats, server)),
+                                    turns_html=turn_tables_html(stats) + model_tables_html(stats),
+                                    server_html=server_html(stats, server)),
                         encoding="utf-8")
     files[1].write_text("\n".join(md) + "\n", encoding="utf-8")
     files[2].write_text(to_csv(table), encoding="utf-8")

@@ -10,11 +10,10 @@ TTFT with its p25-p75 band over that turn's completed requests, and the cached f
 
 from __future__ import annotations
 
-import html
-
 import numpy as np
 
 from llmload.metrics import TURN_ROWS, TurnStats, ttft_s, turn_row
+from llmload.report.parts import num, tables_html, tables_markdown
 from llmload.report.stats import RunStats
 
 #: (file stem, title) of the figure
@@ -24,18 +23,14 @@ _COLUMNS = (
     ("turn", lambda t: t.label),
     ("requests", lambda t: str(t.requests)),
     ("completed", lambda t: str(t.completed)),
-    ("TTFT median (ms)", lambda t: _num(t.ttft.median_ms if t.completed else None)),
-    ("TTFT p99 (ms)", lambda t: _num(dict(t.ttft.percentiles_ms).get(99.0) if t.completed else None)),
-    ("TPOT median (ms)", lambda t: _num(t.tpot.median_ms if t.tpot.count else None)),
-    ("ITL median (ms)", lambda t: _num(t.itl.median_ms if t.itl.count else None)),
-    ("prompt tokens (mean)", lambda t: _num(t.mean_prompt_tokens, ".1f")),
-    ("server prompt tokens (mean)", lambda t: _num(t.mean_prompt_tokens_server, ".1f")),
-    ("cached %", lambda t: _num(None if t.cached_fraction is None else t.cached_fraction * 100.0, ".1f")),
+    ("TTFT median (ms)", lambda t: num(t.ttft.median_ms if t.completed else None)),
+    ("TTFT p99 (ms)", lambda t: num(dict(t.ttft.percentiles_ms).get(99.0) if t.completed else None)),
+    ("TPOT median (ms)", lambda t: num(t.tpot.median_ms if t.tpot.count else None)),
+    ("ITL median (ms)", lambda t: num(t.itl.median_ms if t.itl.count else None)),
+    ("prompt tokens (mean)", lambda t: num(t.mean_prompt_tokens, ".1f")),
+    ("server prompt tokens (mean)", lambda t: num(t.mean_prompt_tokens_server, ".1f")),
+    ("cached %", lambda t: num(None if t.cached_fraction is None else t.cached_fraction * 100.0, ".1f")),
 )
-
-
-def _num(value: float | None, spec: str = ".2f") -> str:
-    return "-" if value is None else format(value, spec)
 
 
 def turns_of(stats: RunStats) -> tuple[TurnStats, ...]:
@@ -93,34 +88,9 @@ def fig_turns(plt, stats: list[RunStats]):
 
 def turn_tables_markdown(stats: list[RunStats]) -> list[str]:
     """One Markdown table per run with turns, under a "Per turn" heading; no lines when no run has turns."""
-    if not any_turns(stats):
-        return []
-    lines = ["## Per turn", ""]
-    for s in stats:
-        turns = turns_of(s)
-        if not turns:
-            continue
-        lines += [f"**{s.run.label}**", "", "| " + " | ".join(h for h, _ in _COLUMNS) + " |",
-                  "|" + "|".join(["---:"] * len(_COLUMNS)) + "|"]
-        lines += ["| " + " | ".join(cell(t) for _, cell in _COLUMNS) + " |" for t in turns]
-        lines.append("")
-    return lines
+    return tables_markdown("Per turn", stats, turns_of, _COLUMNS)
 
 
 def turn_tables_html(stats: list[RunStats]) -> str:
     """The same tables as HTML, under an ``<h2>Per turn</h2>``; empty when no run has turns."""
-    if not any_turns(stats):
-        return ""
-    parts = ["<h2>Per turn</h2>"]
-    for s in stats:
-        turns = turns_of(s)
-        if not turns:
-            continue
-        parts.append(f'<p><b>{html.escape(s.run.label)}</b></p><table class="metrics turns"><thead><tr>')
-        parts += [f"<th>{html.escape(h)}</th>" for h, _ in _COLUMNS]
-        parts.append("</tr></thead><tbody>")
-        for t in turns:
-            parts.append("<tr>" + "".join(f'<td class="num">{html.escape(cell(t))}</td>' for _, cell in _COLUMNS)
-                         + "</tr>")
-        parts.append("</tbody></table>")
-    return "".join(parts)
+    return tables_html("Per turn", "turns", stats, turns_of, _COLUMNS)

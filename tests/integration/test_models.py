@@ -39,6 +39,7 @@ def test_a_weighted_three_adapter_mix(child_runner, start_sim, tmp_path: Path) -
                                  timeout=180)
         assert run.returncode == 0, run.describe()
         runs[name] = (run.result(), run.records())
+        paths = run.result_path()
     served = Counter(t["model"] for t in trace_lines(trace) if t["client_id"].startswith(("synth", "r")))
     for name, (result, records) in runs.items():
         counts = Counter(r["model"] for r in records)
@@ -55,6 +56,15 @@ def test_a_weighted_three_adapter_mix(child_runner, start_sim, tmp_path: Path) -
     assert Counter(assignment["one"].values()) == Counter(assignment["two"].values())
     # and the server received each request under the name its record gives (the probes named the first)
     assert sum(served.values()) >= 2 * PROMPTS and set(served) >= set(ADAPTERS)
+    # llmload report shows the same per-model numbers, from the records alone
+    from llmload.report.loader import load_run
+    from llmload.report.parts import model_tables_markdown
+    from llmload.report.stats import RunStats
+
+    table = model_tables_markdown([RunStats(load_run(paths))])
+    rows = {line.split("|")[1].strip(): int(line.split("|")[2]) for line in table if line.startswith("| ")
+            and line.split("|")[1].strip() in ADAPTERS}
+    assert table[0] == "## Per model" and rows == {m: v["completed"] for m, v in runs["two"][0]["by_model"].items()}
 
 
 def test_locust_names_the_same_adapters_round_robin(child_runner, start_sim, tmp_path: Path) -> None:
