@@ -112,7 +112,7 @@ def result_data(done: Finished, metrics: Any, records: list, health_report: dict
                  base_url=target.shown, num_prompts=len(done.run.schedule), health=health_report,
                  not_sent=outcome.unsent, interrupted_by=outcome.interrupted_by, observed=outcome.observed,
                  workers=outcome.workers, lost=outcome.lost, metadata=plan.metadata,
-                 detailed=detailed_lists(records, metrics) if args.save_detailed else None)
+                 detailed=detailed_lists(records, metrics) if args.save_detailed else None, workload=done.run.workload)
 
 
 def journal_path(args: argparse.Namespace) -> Path:

@@ -18,10 +18,11 @@ def result_data(*, options: Any, metrics: Any, model_id: str, tokenizer_id: str,
                 health: dict[str, Any] | None, not_sent: int, interrupted_by: int | None = None,
                 observed: Any = None, workers: list[dict[str, Any]] | None = None, lost: int = 0,
                 metadata: dict[str, str] | None = None, detailed: dict[str, Any] | None = None,
-                when: datetime | None = None) -> dict[str, Any]:
+                when: datetime | None = None, workload: Any = None) -> dict[str, Any]:
     """The result JSON's content. ``options``: the run's parsed options (bench's or Locust's: the same table);
     ``base_url`` as it may be shown (credentials masked); ``workers``/``lost`` only for a distributed run;
-    ``detailed``: vLLM's ``--save-detailed`` lists."""
+    ``detailed``: vLLM's ``--save-detailed`` lists; ``workload``: the run's :class:`~llmload.core.run.Workload`
+    (a KV-cache trace's own reuse)."""
     rate = float(option_value(options, "request_rate"))
     data: dict[str, Any] = {
         "date": (when or datetime.now()).strftime("%Y%m%d-%H%M%S"),
@@ -45,6 +46,8 @@ def result_data(*, options: Any, metrics: Any, model_id: str, tokenizer_id: str,
     }
     if observed is not None:
         data.update(observed.result_keys())
+    if workload is not None:
+        data.update(workload.result_keys())
     if workers is not None:
         data["workers"] = workers
         data["lost_with_workers"] = lost

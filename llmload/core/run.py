@@ -142,6 +142,14 @@ class Workload:
     model: str
     samples: list[Any]
 
+    def result_keys(self) -> dict[str, int]:
+        """A KV-cache trace's own reuse for the result JSON (the prompt tokens in blocks an earlier request of the
+        workload began with, from its ``hash_ids``; docs/arrivals.md, "Mooncake traces"); empty for others."""
+        reusable = [s.trace_cached_tokens for s in self.samples if getattr(s, "trace_cached_tokens", None) is not None]
+        if not reusable:
+            return {}
+        return {"trace_prefix_reuse_tokens": sum(reusable), "trace_prompt_tokens": sum(s.prompt_len for s in self.samples)}
+
 
 @dataclass
 class Outcome:
@@ -211,12 +219,11 @@ class Run:
                      f"{num_prompts}")
         if not samples:
             raise DatasetError("the dataset gave no usable prompts")
-        reusable = [s.trace_cached_tokens for s in samples if s.trace_cached_tokens is not None]
-        if reusable:
-            total = sum(s.prompt_len for s in samples)
-            self.log(f"The trace's own prefix reuse (its hash_ids): {sum(reusable)} of {total} prompt tokens "
-                     f"({100.0 * sum(reusable) / max(1, total):.1f} %) are in blocks an earlier request began with")
         self.workload = Workload(tokenizer, target.tokenizer_id, target.model, samples)
+        if reuse := self.workload.result_keys():
+            reusable, total = reuse["trace_prefix_reuse_tokens"], reuse["trace_prompt_tokens"]
+            self.log(f"The trace's own prefix reuse (its hash_ids): {reusable} of {total} prompt tokens "
+                     f"({100.0 * reusable / max(1, total):.1f} %) are in blocks an earlier request began with")
         return self.workload
 
     def plan(self, samples: Sequence[Any] | None = None, classes: Sequence[tuple[str, float]] = (),

@@ -134,7 +134,8 @@ def _write_result(run: Any, metrics: Any, acc: dict[str, int], observed: Any, he
     data = result_data(options=run.options, metrics=metrics, model_id=workload.model if workload else "",
                        tokenizer_id=workload.tokenizer_id if workload else "",
                        base_url=redact_url(run.environment.host or ""), num_prompts=_prompts(run, acc), health=health,
-                       not_sent=acc["not_sent"], observed=observed, workers=workers, lost=acc["lost"])
+                       not_sent=acc["not_sent"], observed=observed, workers=workers, lost=acc["lost"],
+                       workload=workload)
     try:
         write_json(path, data)
     except OSError as exc:

@@ -75,9 +75,11 @@ def test_the_server_finds_the_traces_reuse_within_one_block(child_runner, trace:
         assert abs(r["cached_tokens"] - expected[r["request_id"]]) <= BLOCK, \
             (r["request_id"], r["cached_tokens"], expected[r["request_id"]])
     assert sum(expected.values()) > BLOCK * n / 4, "the slice has too little reuse to test anything"
-    # and the run says how much reuse the trace itself has, beside what the server found
+    # and the run says how much reuse the trace itself has, beside what the server found (and keeps it)
     said = sum(expected.values())
     assert f"The trace's own prefix reuse (its hash_ids): {said} of " in stderr, stderr[-2000:]
+    assert result["trace_prefix_reuse_tokens"] == said
+    assert result["trace_prompt_tokens"] == sum(r["prompt_len"] for r in records)
 
 
 def test_without_the_servers_cache_nothing_is_cached_and_arrivals_follow_the_trace(child_runner) -> None:
