@@ -153,6 +153,10 @@ class EventLoop:
                 if first != self._armed:
                     self._timerfd.arm(first)
                     self._armed = first
+            if not self.running:
+                # a stop() from a signal handler since the loop's check armed the timer to wake at once, and the
+                # lines above may have re-armed it for a far deadline: without this the stop waits for it
+                break
             for fd, ev in poll():
                 if fd == tfd:
                     self._armed = 0.0
