@@ -104,3 +104,10 @@ def test_more_adapters_than_fit_pay_a_load_on_every_swap(child_runner, start_sim
     assert min(ttfts["mix"]) >= load_s and sorted(ttfts["one"])[-2] < load_s, ttfts
     stats = json.loads(urllib.request.urlopen(f"{sim.url}/sim/stats", timeout=10).read())
     assert stats["lora"] == {"loads": 10, "loaded": [ADAPTERS[0]], "max_loras": 1}, stats["lora"]
+    # and its /metrics says so the way vLLM does, which a Prometheus parser reads
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"{sim.url}/metrics", timeout=10).read().decode()
+    info = [s for f in text_string_to_metric_families(text) for s in f.samples if s.name == "vllm:lora_requests_info"]
+    assert [s.labels for s in info] == [{"max_lora": "1", "running_lora_adapters": ADAPTERS[0],
+                                         "waiting_lora_adapters": ""}], info

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import time
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -135,10 +136,21 @@ class HttpFront:
             self._respond(conn, 200, orjson.dumps(self.stats()))
             self.loop.reset_lateness()
         elif path == "/metrics" and method == "GET":
-            self._respond(conn, 200, self.exposition.render(), content_type=CONTENT_TYPE)
+            self._respond(conn, 200, self.exposition.render() + self._lora_info(), content_type=CONTENT_TYPE)
         else:
             err = openai_error(404, f"no route for {method} {path}", "NotFoundError")
             self._respond(conn, 404, err.body)
+
+    def _lora_info(self) -> bytes:
+        """vLLM's ``vllm:lora_requests_info`` (an info gauge: the adapters in its labels, the time as its value):
+        this process's loaded adapters (the answering worker's, with ``--workers``); nothing without adapters."""
+        if not self.config.lora_modules or self.config.dialect != "vllm":
+            return b""
+        loaded = ",".join(self.adapters.active)
+        return (b"# HELP vllm:lora_requests_info Running stats on lora requests.\n"
+                b"# TYPE vllm:lora_requests_info gauge\n"
+                b'vllm:lora_requests_info{max_lora="%d",running_lora_adapters="%s",waiting_lora_adapters=""} %.3f\n'
+                % (self.adapters.max_loras, loaded.encode(), time.time()))
 
     def _model_card(self, name: str, parent: str | None = None) -> dict:
         # llmload_tokenizer: the tokenizer a client should count with (llmload.target.describe_server):
