@@ -48,6 +48,8 @@ LAG_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
 #: the outcomes of ``llmload_requests_total`` (they add up to the requests sent, as in the result JSON)
 OUTCOMES = ("completed", "failed", "cancelled", "cut_off")
 CLASS = "user_class"
+#: the label of the model or LoRA adapter a request named, on every series of a run that names several
+MODEL = "model"
 
 #: key -> (family name, help, extra labels, buckets or None for a counter)
 FAMILIES: dict[str, tuple[str, str, tuple[str, ...], tuple[float, ...] | None]] = {
@@ -86,62 +88,71 @@ def sample_names() -> frozenset[str]:
 
 class LiveExporter:
     """The live metrics of one run. ``classes``: the run's user class names; with two or more, every series
-    carries ``user_class`` (else it is ``""``, which Prometheus stores as no label). ``schedule_lag`` false: the
-    schedule has every request due at once (``--request-rate inf``), where lag is spawning time, not client lag.
+    carries ``user_class`` (else it is ``""``, which Prometheus stores as no label). ``models``: the names its
+    requests choose from (``--model a,b``, ``--lora-modules``); with two or more, every series also carries
+    ``model``. ``schedule_lag`` false: the schedule has every request due at once (``--request-rate inf``), where
+    lag is spawning time, not client lag.
 
     Called from the run's greenlets; the lock also keeps a scrape from a real thread consistent."""
 
-    def __init__(self, classes: Sequence[str] = (), *, schedule_lag: bool = True) -> None:
+    def __init__(self, classes: Sequence[str] = (), *, models: Sequence[str] = (), schedule_lag: bool = True) -> None:
         self.by_class = len(set(classes)) > 1
+        self.by_model = len(set(models)) > 1
         self.schedule_lag = schedule_lag
         self.registry = CollectorRegistry(auto_describe=False)
         self._lock = threading.Lock()
-        self._families = {key: Family(name, help_text, (CLASS, *labels), buckets)
+        parts = (CLASS, MODEL) if self.by_model else (CLASS,)
+        self._families = {key: Family(name, help_text, (*parts, *labels), buckets)
                           for key, (name, help_text, labels, buckets) in FAMILIES.items()}
         self._in_flight: Callable[[], float | None] = lambda: None
         self._server: MetricsServer | None = None
         for name in sorted(set(classes)) if self.by_class else ("",):
-            self._touch_class(name)
+            for model in sorted(set(models)) if self.by_model else ("",):
+                self._touch_part(self._part(name, model))
         self.registry.register(self)
 
-    def _touch_class(self, name: str) -> None:
-        """Every series of a class at zero, so the first increase of each is seen by ``rate()``."""
+    def _part(self, user_class: str, model: str) -> tuple[str, ...]:
+        """The label values that say whose a series is: the class, and the model when the run names several."""
+        return (user_class, model) if self.by_model else (user_class,)
+
+    def _touch_part(self, part: tuple[str, ...]) -> None:
+        """Every series of a class (and model) at zero, so the first increase of each is seen by ``rate()``."""
         families = self._families
         for outcome in OUTCOMES:
-            families["requests"].touch((name, outcome))
+            families["requests"].touch((*part, outcome))
         for kind in KINDS:
             if kind != CANCELLED:
-                families["errors"].touch((name, kind))
+                families["errors"].touch((*part, kind))
         for key, family in families.items():
             if key not in ("requests", "errors"):
-                family.touch((name,))
+                family.touch(part)
 
     # -- feeding it ----------------------------------------------------------------------------------------
 
     def observe(self, record: RequestRecord) -> None:
         """Count one finished record (a record listener: called once per request)."""
-        name = record.user_class if self.by_class else ""
+        part = self._part(record.user_class if self.by_class else "", record.model)
         completed = is_completed(record)
         outcome = ("completed" if completed else "cut_off" if record.cut_off
                    else "cancelled" if record.cancelled else "failed")
         lag = schedule_lag_s(record) if self.schedule_lag else None
         f = self._families
         with self._lock:
-            if (name, outcome) not in f["requests"].series:
-                self._touch_class(name)
-            f["requests"].inc((name, outcome))
+            if (*part, outcome) not in f["requests"].series:
+                self._touch_part(part)
+            f["requests"].inc((*part, outcome))
             if lag is not None:
-                f["schedule_lag"].histogram((name,)).observe(lag)
+                f["schedule_lag"].histogram(part).observe(lag)
             if not completed:
                 if outcome != "cancelled":  # a cancel is no failure (--cancel-rate)
-                    f["errors"].inc((name, kind_of(record)))
+                    f["errors"].inc((*part, kind_of(record)))
                 return
-            f["output_tokens"].inc((name,), output_tokens(record))
-            f["input_tokens"].inc((name,), input_tokens(record))
+            f["output_tokens"].inc(part, output_tokens(record))
+            f["input_tokens"].inc(part, input_tokens(record))
             for key, value in (("ttft", ttft_s(record)), ("tpot", tpot_s(record)), ("e2el", e2el_s(record))):
                 if value is not None:
-                    f[key].histogram((name,)).observe(value)
-            f["itl"].histogram((name,)).observe_many(itl_array(record))
+                    f[key].histogram(part).observe(value)
+            f["itl"].histogram(part).observe_many(itl_array(record))
 
     def set_in_flight(self, count: float | None) -> None:
         """Requests in flight now (None: unknown, the gauge is left out)."""

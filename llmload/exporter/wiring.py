@@ -91,7 +91,7 @@ def bench_exporter(plan: Any, env: Any, master: Any, interrupts: Any,
     if endpoint is None:
         yield RunExporter(None)
         return
-    exporter = LiveExporter(schedule_lag=plan.config.spec.open_loop_lag_counts)
+    exporter = LiveExporter(models=mix_names(plan.args), schedule_lag=plan.config.spec.open_loop_lag_counts)
     if master is None:
         from llmload.core.state import state_of
 
@@ -123,7 +123,7 @@ def locust_exporter(run: Any) -> RunExporter | None:
 
     classes = [c.__name__ for c in run.environment.user_classes if isinstance(c, type) and issubclass(c, LLMUser)]
     lags = not run.headless or schedule_spec(run.options).open_loop_lag_counts
-    exporter = LiveExporter(classes, schedule_lag=lags)
+    exporter = LiveExporter(classes, models=mix_names(run.options), schedule_lag=lags)
     exporter.in_flight_from(lambda: locust_in_flight(run))
     run.records.listeners.append(exporter.observe)
     say = logging.getLogger(__name__).info
@@ -136,3 +136,19 @@ def locust_in_flight(run: Any) -> float | None:
     live tab and the saturation test read too; None on a master before the workers' first reports)."""
     total = run.in_flight_total()
     return None if total is None else float(total)
+
+
+def mix_names(options: Any) -> tuple[str, ...]:
+    """The models a run's requests choose from (``--model a,b``, ``--lora-modules``): a ``model`` label when two
+    or more. A bad mix is the run's own error to report, at its start; here it only labels nothing."""
+    from llmload.core.models import model_mix
+
+    def opt(name: str) -> Any:
+        return option_value(options, name)
+
+    try:
+        mix = model_mix(opt("model"), opt("model_selection"), opt("model_weights"), opt("lora_modules"),
+                        opt("lora_assignment"), int(opt("seed")))
+    except ConfigError:
+        return ()
+    return mix.names if mix is not None else ()

@@ -291,3 +291,22 @@ def test_off_is_a_no_op() -> None:
     listener = print
     assert live.chain(listener) is listener
     live.finish()
+
+
+def test_a_run_over_several_models_labels_every_series_with_its_model() -> None:
+    exporter = LiveExporter(models=("a", "b"))
+    ra, rb = completed(10.0, [0.05, 0.01]), completed(11.0, [0.07, 0.02])
+    ra.model, rb.model = "a", "b"
+    bad = failed(HTTP_5XX)
+    bad.model = "b"
+    for r in (ra, rb, bad):
+        exporter.observe(r)
+    s = scrape(exporter)
+    assert value(s, "llmload_requests_total", outcome="completed", user_class="", model="a") == 1
+    assert value(s, "llmload_requests_total", outcome="completed", user_class="", model="b") == 1
+    assert value(s, "llmload_errors_total", kind=HTTP_5XX, user_class="", model="b") == 1
+    assert value(s, "llmload_ttft_seconds_count", user_class="", model="a") == 1
+    # one model (the usual run): no model label at all, as before
+    single = LiveExporter(models=("a",))
+    single.observe(ra)
+    assert value(scrape(single), "llmload_requests_total", outcome="completed", user_class="") == 1
