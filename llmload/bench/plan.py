@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from llmload.bench.console import log
-from llmload.core.cancel import cancel_plan
-from llmload.core.models import model_mix
+from llmload.core.cancel import cancel_plan_from
+from llmload.core.models import model_mix_from
 from llmload.core.run import RunConfig
 from llmload.core.workload import replays_trace
 from llmload.errors import ConfigError
@@ -76,9 +76,8 @@ class RunPlan:
             raise ConfigError(f"--dataset-path {args.dataset_path}: no such file")
         if trace and (args.rate_shape or args.constant_rate):
             raise ConfigError("a trace brings its own arrival times: drop --rate-shape/--constant-rate")
-        cancel_plan(args.cancel_rate, args.cancel_after, args.seed)  # a bad spec: one line, exit 2, now
-        model_mix(args.model, args.model_selection, args.model_weights, args.lora_modules, args.lora_assignment,
-                  args.seed)
+        cancel_plan_from(args)  # a bad spec: one line, exit 2, now
+        model_mix_from(args)
         if args.think_time and not args.max_concurrency:
             raise ConfigError("--think-time needs --max-concurrency N (the number of closed-loop users)")
         if args.rate_shape:

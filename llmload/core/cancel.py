@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from llmload.errors import ConfigError
+from llmload.options import option_value
 
 #: the distributions a spec may name, and how many numbers each takes
 _DISTRIBUTIONS = {"fixed": 1, "exp": 1, "uniform": 2}
@@ -89,3 +91,9 @@ def cancel_plan(rate: float | None, after: str | None, seed: int) -> CancelPlan 
     if not after:
         raise ConfigError("--cancel-rate needs --cancel-after SECONDS|tokens:N (when to cancel)")
     return CancelPlan(float(rate), CancelAfter.parse(after), int(seed))
+
+
+def cancel_plan_from(options: Any) -> CancelPlan | None:
+    """:func:`cancel_plan` of a run's parsed options (bench's or Locust's: the same table)."""
+    return cancel_plan(option_value(options, "cancel_rate"), option_value(options, "cancel_after"),
+                       int(option_value(options, "seed")))

@@ -18,8 +18,10 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from llmload.errors import ConfigError
+from llmload.options import option_value
 
 #: how a request's model is chosen
 SELECTIONS = ("round-robin", "random", "weighted")
@@ -78,3 +80,12 @@ def model_mix(models: str | None, selection: str | None, weights: str | None, lo
     elif weights:
         raise ConfigError("--model-weights applies to --model-selection weighted")
     return ModelMix(names, chosen, parsed, seed)
+
+
+def model_mix_from(options: Any) -> ModelMix | None:
+    """:func:`model_mix` of a run's parsed options (bench's or Locust's: the same table)."""
+    def opt(name: str) -> Any:
+        return option_value(options, name)
+
+    return model_mix(opt("model"), opt("model_selection"), opt("model_weights"), opt("lora_modules"),
+                     opt("lora_assignment"), int(opt("seed")))

@@ -11,11 +11,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from llmload.core.cancel import CancelAfter, CancelPlan, cancel_plan
+from llmload.core.cancel import CancelAfter, CancelPlan, cancel_plan_from
 from llmload.core.conversation import ConversationPolicy
-from llmload.core.models import ModelMix, model_mix
+from llmload.core.models import ModelMix, model_mix_from
 from llmload.core.workload import forces_output_len
-from llmload.options import option_value
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +55,8 @@ class UserSettings:
             request_timeout=opts.request_timeout or None,
             session_header=opts.session_header,
             conversation=conversation,
-            cancel=cancel_plan(option_value(opts, "cancel_rate"), option_value(opts, "cancel_after"),
-                               int(option_value(opts, "seed"))),
-            models=model_mix(option_value(opts, "model"), option_value(opts, "model_selection"),
-                             option_value(opts, "model_weights"), option_value(opts, "lora_modules"),
-                             option_value(opts, "lora_assignment"), int(option_value(opts, "seed"))),
+            cancel=cancel_plan_from(opts),
+            models=model_mix_from(opts),
         )
 
     def attributes(self) -> dict[str, Any]:

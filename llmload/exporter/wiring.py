@@ -141,14 +141,10 @@ def locust_in_flight(run: Any) -> float | None:
 def mix_names(options: Any) -> tuple[str, ...]:
     """The models a run's requests choose from (``--model a,b``, ``--lora-modules``): a ``model`` label when two
     or more. A bad mix is the run's own error to report, at its start; here it only labels nothing."""
-    from llmload.core.models import model_mix
-
-    def opt(name: str) -> Any:
-        return option_value(options, name)
+    from llmload.core.models import model_mix_from
 
     try:
-        mix = model_mix(opt("model"), opt("model_selection"), opt("model_weights"), opt("lora_modules"),
-                        opt("lora_assignment"), int(opt("seed")))
+        mix = model_mix_from(options)
     except ConfigError:
         return ()
     return mix.names if mix is not None else ()

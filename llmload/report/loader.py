@@ -145,7 +145,7 @@ def _label(data: dict[str, Any], path: Path) -> str:
     return stem
 
 
-def _from_records(data: dict[str, Any], path: Path, records_path: Path) -> Run:
+def _read_records(records_path: Path) -> list[RequestRecord]:
     from llmload.client.records.file import read_records
 
     try:
@@ -154,8 +154,12 @@ def _from_records(data: dict[str, Any], path: Path, records_path: Path) -> Run:
         raise DatasetError(f"{records_path}: cannot read request records ({exc})") from None
     if not records:
         raise DatasetError(f"{records_path}: holds no request records")
+    return records
+
+
+def _from_records(data: dict[str, Any], path: Path, records_path: Path) -> Run:
     run = Run(label=_label(data, path), path=path, source="llmload", summary=data,
-              duration=_duration(data, path), records=records, has_timestamps=True)
+              duration=_duration(data, path), records=_read_records(records_path), has_timestamps=True)
     _attach_server(run, records_path)
     return run
 
@@ -166,18 +170,16 @@ def _from_records_alone(path: Path) -> Run:
     if not path.exists():
         raise DatasetError(f"{path}: no such file")
     label = path.name.split(".")[0] or path.name
-    run = _from_records({"duration": 1.0, "label": label}, path, path)
     # a journal holds a record a frozen worker sent twice twice: the last one counts, as in the records file
-    run.records = list({r.request_id: r for r in run.records}.values())
-    starts = [r.start for r in run.records]
-    ends = [r.end if r.end is not None else r.start for r in run.records]
-    run.duration = max(max(ends) - min(starts), 1e-9)
-    run.summary = {"label": label}
+    records = list({r.request_id: r for r in _read_records(path)}.values())
+    start = min(r.start for r in records)
+    end = max(r.end if r.end is not None else r.start for r in records)
+    run = Run(label=label, path=path, source="llmload", summary={"label": label}, duration=max(end - start, 1e-9),
+              records=records, has_timestamps=True)
+    _attach_server(run, path)
     run.notes.append(f"{path.name} is read without a result JSON: the duration is the records' span "
                      f"({run.duration:.1f} s), and what only the result says (settings, server, health) is not "
                      "shown.")
-    if not any(r.success and not r.cut_off for r in run.records):
-        raise DatasetError(f"{path}: no successful requests in this run; nothing to report")
     return run
 
 
@@ -269,11 +271,16 @@ def _from_detailed(data: dict[str, Any], path: Path) -> Run:
 def load_run(path: str | Path, label: str | None = None) -> Run:
     """Read one RUN (see the module docstring); raise :class:`DatasetError` with one line if unusable."""
     path = Path(path)
-    if path.suffix in (".jsonl", ".parquet"):
-        run = _from_records_alone(path)
-        if label:
-            run.label = label
-        return run
+    run = _from_records_alone(path) if path.suffix in (".jsonl", ".parquet") else _from_result(path)
+    if label:
+        run.label = label
+    if not any(r.success and not r.cut_off for r in run.records):
+        raise DatasetError(f"{path}: no successful requests in this run; nothing to report")
+    return run
+
+
+def _from_result(path: Path) -> Run:
+    """A result JSON: llmload's (with its records file or ``--save-detailed`` lists) or vLLM's."""
     data = _read_json(path)
     ours = any(k in data for k in _OUR_KEYS)
     records_path = records_file_for(path) if ours else None
@@ -300,10 +307,6 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
             f"{path}: neither an llmload result JSON nor a vLLM benchmark_serving result "
             "(expected keys such as 'duration', 'ttfts', 'itls')"
         )
-    if label:
-        run.label = label
-    if not any(r.success and not r.cut_off for r in run.records):
-        raise DatasetError(f"{path}: no successful requests in this run; nothing to report")
     return run
 
 
