@@ -84,6 +84,8 @@ class Scraper:
         self._stopping = gevent.event.Event()
         self._final = True
         self._greenlet: gevent.Greenlet | None = None
+        #: ``perf_counter()`` when the schedule began: scrape ``k`` is due at ``origin + k * interval_s``
+        self.origin: float | None = None
         preload()
 
     @property
@@ -140,7 +142,7 @@ class Scraper:
             self.first_error = message
 
     def _run(self) -> None:
-        origin = perf_counter()
+        origin = self.origin = perf_counter()
         while True:
             self.scrape_once()
             if self._stopping.is_set():
