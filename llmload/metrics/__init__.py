@@ -6,7 +6,7 @@
     conversations ConversationTally: per-turn, per-conversation, reasoning and prefix-cache numbers
     conversation_result  ConversationMetrics (TurnStats, ConversationStats, ...) and their result JSON keys
     result        Distribution, BenchmarkMetrics and the result JSON's keys
-    slos          parse_goodput, the one SLO parser (run-wide and per user class)
+    slos          parse_goodput, the one SLO parser (run-wide, per user class, per model)
     percentiles   the one percentile rule over raw values and over bucket counts
     histogram     LogHistogram, the mergeable histogram of the live paths
     peaks         vLLM's max_output_tokens_per_s and max_concurrent_requests
@@ -39,7 +39,7 @@ _EXPORTS = {
     "percentiles": ("linear_percentiles", "rank_bucket"),
     "result": ("BenchmarkMetrics", "Distribution", "METRIC_NAMES", "TTFT_RULES", "DETAILED_KEYS",
                "percentile_label"),
-    "slos": ("parse_goodput", "split_slos", "check_slos", "form_items"),
+    "slos": ("parse_goodput", "split_slos", "slos_for", "check_slos", "form_items"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 

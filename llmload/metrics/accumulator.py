@@ -17,7 +17,10 @@ the live window's):
     total_token_throughput = (sum(in) + sum(out)) / duration     in: the dataset's prompt_len, as vLLM
 
 Records carrying more than one distinct ``user_class`` give ``by_class``: each class's numbers over the same
-duration, with the class's own SLOs (``class_slos``) replacing the run-wide ones for its requests.
+duration; records naming more than one ``model`` (``--model a,b``, ``--lora-modules``) give ``by_model`` the same
+way. A request is judged by the most specific SLOs given (:func:`~llmload.metrics.slos.slos_for`): its model's
+(``model=NAME:METRIC:MS``), else its class's, else the run-wide ones. The records are kept in one group per
+(class, model) pair, so each value is held once however it is broken down.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from llmload.metrics.definitions import LATE_SEND_MS, METRICS, is_completed, lat
 from llmload.metrics.histogram import LogHistogram
 from llmload.metrics.peaks import peak_per_second
 from llmload.metrics.result import METRIC_NAMES, TTFT_RULES, BenchmarkMetrics, Distribution
-from llmload.metrics.slos import check_slos, split_slos
+from llmload.metrics.slos import check_slos, model_key, slos_for, split_slos
 
 if TYPE_CHECKING:
     import numpy as np
@@ -48,9 +51,10 @@ LIVE_PERCENTILES = (50.0, 90.0, 99.0)
 
 @dataclass(slots=True)
 class _Group:
-    """The requests of one user class."""
+    """The requests of one user class that named one model."""
 
     name: str
+    model: str = ""
     tally: Tally = field(default_factory=Tally)
     values: Values = field(default_factory=Values)
     done: list[Any] = field(default_factory=list)
@@ -72,8 +76,8 @@ class _Ask:
     def has_slos(self) -> bool:
         return bool(self.run_slos) or bool(self.class_slos)
 
-    def slos_for(self, user_class: str) -> dict[str, float]:
-        return self.class_slos.get(user_class, self.run_slos or {})
+    def slos_for(self, user_class: str, model: str = "") -> dict[str, float]:
+        return slos_for(self.run_slos, self.class_slos, user_class, model)
 
 
 class MetricsAccumulator:
@@ -84,7 +88,7 @@ class MetricsAccumulator:
         self.itl_exact_limit = itl_exact_limit
         self.itl_exact = True
         self.total = Tally()
-        self._groups: dict[str, _Group] = {}
+        self._groups: dict[tuple[str, str], _Group] = {}
         self._itl_count = 0
         #: turns, conversations, reasoning and cached tokens (``BenchmarkMetrics.conversations``)
         self.conversations = ConversationTally()
@@ -93,9 +97,10 @@ class MetricsAccumulator:
 
     def add(self, record: RequestRecord) -> None:
         completed = is_completed(record)
-        group = self._groups.get(record.user_class)
+        key = (record.user_class, record.model)
+        group = self._groups.get(key)
         if group is None:
-            group = self._groups[record.user_class] = _Group(record.user_class)
+            group = self._groups[key] = _Group(*key)
         self.total.add(record, completed)
         group.tally.add(record, completed)
         group.values.add(record, completed)
@@ -117,7 +122,20 @@ class MetricsAccumulator:
     @property
     def classes(self) -> list[str]:
         """The distinct user classes seen, sorted (``""``: records that name none)."""
-        return sorted(self._groups)
+        return sorted({c for c, _ in self._groups})
+
+    @property
+    def models(self) -> list[str]:
+        """The distinct models the records named, sorted (``""``: records that name none)."""
+        return sorted({m for _, m in self._groups})
+
+    def _select(self, user_class: str | None = None, model: str | None = None) -> tuple[list[_Group], Tally]:
+        """The groups of one class or one model (None: every one), and their counters."""
+        groups = [self._groups[k] for k in sorted(self._groups)
+                  if (user_class is None or k[0] == user_class) and (model is None or k[1] == model)]
+        if user_class is None and model is None:
+            return groups, self.total
+        return groups, groups[0].tally if len(groups) == 1 else Tally.merged(g.tally for g in groups)
 
     # -- final numbers --------------------------------------------------------------------------------------
 
@@ -144,30 +162,32 @@ class MetricsAccumulator:
         ask = _Ask(duration_s, run_slos, classes, tuple(float(p) for p in selected_percentiles),
                    tuple(selected_metrics), ttft_rule, late_send_threshold_ms)
         _validate(ask)
-        groups = [self._groups[c] for c in self.classes]
-        metrics = _metrics(groups, self.total, ask, schedule_lags_s)
+        groups, tally = self._select()
+        metrics = _metrics(groups, tally, ask, schedule_lags_s)
         metrics.goodput_slos = dict(run_slos) if run_slos else None
         metrics.class_slos = classes
         metrics.output_lens = list(self.output_lens)
         metrics.conversations = self.conversations.result()
-        if len(groups) > 1:
-            metrics.by_class = {g.name: _metrics([g], g.tally, ask, None) for g in groups}
-            for g in groups:
-                metrics.by_class[g.name].goodput_slos = dict(ask.slos_for(g.name)) or None
+        if len(self.classes) > 1:
+            metrics.by_class = {c: _metrics(*self._select(user_class=c), ask, None) for c in self.classes}
+            for c, part in metrics.by_class.items():
+                part.goodput_slos = dict(ask.slos_for(c)) or None
+        if len(self.models) > 1:
+            metrics.by_model = {m: _metrics(*self._select(model=m), ask, None) for m in self.models}
+            for m, part in metrics.by_model.items():
+                part.goodput_slos = classes.get(model_key(m)) or (dict(run_slos) if run_slos else None)
         return metrics
 
     # -- live numbers ---------------------------------------------------------------------------------------
 
     def live(self, span_s: float, *, slos: Mapping[str, Any] | None = None, user_class: str | None = None,
-             percentiles: Sequence[float] = LIVE_PERCENTILES) -> dict[str, Any]:
-        """The live tab's numbers over every record added (or one class's), rates over ``span_s`` seconds:
-        counts, tokens, ``{metric}_ms`` as ``{count, mean, p50, p90, p99}``, goodput (None without SLOs),
-        failures by kind."""
-        if user_class is None:
-            groups, tally = [self._groups[c] for c in self.classes], self.total
-        else:
-            group = self._groups.get(user_class, _Group(user_class))
-            groups, tally = [group], group.tally
+             model: str | None = None, percentiles: Sequence[float] = LIVE_PERCENTILES) -> dict[str, Any]:
+        """The live tab's numbers over every record added (or one class's, or one model's), rates over
+        ``span_s`` seconds: counts, tokens, ``{metric}_ms`` as ``{count, mean, p50, p90, p99}``, goodput (None
+        without SLOs), failures by kind."""
+        groups, tally = self._select(user_class, model)
+        if not groups:
+            groups, tally = [_Group(user_class or "", model or "")], Tally()
         run_slos, class_slos = split_slos(slos)
 
         def rate(n: float) -> float:
@@ -189,7 +209,7 @@ class MetricsAccumulator:
         out["itl_exact"] = self.itl_exact
         good = None
         if run_slos or class_slos:
-            good = sum(g.values.good(class_slos.get(g.name, run_slos or {})) for g in groups)
+            good = sum(g.values.good(slos_for(run_slos, class_slos, g.name, g.model)) for g in groups)
         out["good"] = good
         out["goodput_per_s"] = None if good is None else rate(good)
         out["errors"] = dict(tally.failures)
@@ -223,11 +243,12 @@ def _live_summary(values: np.ndarray | LogHistogram, percentiles: Sequence[float
 
 def _metrics(groups: Sequence[_Group], tally: Tally, ask: _Ask, lags_s: Sequence[float] | None
              ) -> BenchmarkMetrics:
-    """:class:`BenchmarkMetrics` over ``groups`` (every class, or one); the caller sets the SLO fields."""
+    """:class:`BenchmarkMetrics` over ``groups`` (every one, or one class's or model's); the caller sets the SLO
+    fields."""
     d = ask.duration
     dist = {key: Distribution.of(_exact(groups, key), ask.percentiles) for key in METRICS if key != "schedule_lag"}
     lags = _exact(groups, "queue_time") if lags_s is None else lags_s
-    good = sum(g.values.good(ask.slos_for(g.name)) for g in groups) if ask.has_slos else None
+    good = sum(g.values.good(ask.slos_for(g.name, g.model)) for g in groups) if ask.has_slos else None
     peak_tokens, peak_active = peak_per_second(chain.from_iterable(g.done for g in groups))
     by_kind, examples = tally.failure_counts()
     return BenchmarkMetrics(
@@ -267,7 +288,7 @@ def _validate(ask: _Ask) -> None:
         if not 0 <= p <= 100:
             raise ConfigError(f"--metric-percentiles: {p} is outside 0..100")
     check_slos(ask.run_slos)
-    for user_class, slos in ask.class_slos.items():
-        check_slos(slos, f"--goodput {user_class}")
+    for part, slos in ask.class_slos.items():
+        check_slos(slos, f"--goodput {part}")
     if ask.ttft_rule not in TTFT_RULES:
         raise ConfigError(f"--ttft-rule must be one of {', '.join(TTFT_RULES)}, got {ask.ttft_rule!r}")

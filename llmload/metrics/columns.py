@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 ALIGNED = tuple(k for k, m in METRICS.items() if m.applies_to != SENT and not m.pooled)
 #: latency metrics taken from every request sent, where they exist
 SENT_KEYS = tuple(k for k, m in METRICS.items() if m.applies_to == SENT)
+#: :class:`Tally`'s plain counters (what :meth:`Tally.merged` adds up)
+_COUNTS = ("records", "completed", "failed", "cut_off", "cancelled", "total_input", "total_input_server",
+           "total_output", "server_reported", "prompt_mismatch", "prompt_diff")
 
 
 class Column:
@@ -118,6 +121,19 @@ class Tally:
             self.prompt_mismatch += 1
             self.prompt_diff += server - r.prompt_len
         self.sources[r.output_tokens_source] += 1
+
+    @classmethod
+    def merged(cls, tallies: Iterable[Tally]) -> Tally:
+        """One tally over the requests of several (a class's requests across its models, say)."""
+        out = cls()
+        for t in tallies:
+            for name in _COUNTS:
+                setattr(out, name, getattr(out, name) + getattr(t, name))
+            out.sources.update(t.sources)
+            out.failures.update(t.failures)
+            for kind, message in t.examples.items():
+                out.examples.setdefault(kind, message)
+        return out
 
     def failure_counts(self) -> tuple[dict[str, int], dict[str, str]]:
         """``(count per kind, first message per kind)``, most frequent first (ties by name)."""

@@ -42,24 +42,17 @@ def compute_metrics(
     :mod:`llmload.metrics.accumulator` and :mod:`llmload.metrics.definitions`).
 
     ``goodput_slos``: ``{metric: ms}`` (vLLM's ``--goodput``), or :func:`llmload.metrics.parse_goodput`'s
-    structure with per-class entries; ``class_slos``: ``{user_class: {metric: ms}}``, replacing the run-wide
+    structure with per-class and per-model entries; ``class_slos``: ``{user_class: {metric: ms}}``, replacing the run-wide
     SLOs for that class's requests. ``schedule_lags_s``: how late the dispatcher fired each open-loop send;
     defaults to the records' queue times (the same thing when no concurrency limit holds requests back).
     Records naming more than one ``model`` (``--model a,b``, ``--lora-modules``) add ``by_model``: each model's
-    metrics over its own requests, over the same duration.
+    metrics over its own requests, over the same duration (as ``by_class`` for user classes).
     """
-    def measure(part: Sequence[RequestRecord], lags: Sequence[float] | None) -> BenchmarkMetrics:
-        acc = MetricsAccumulator()
-        acc.extend(part)
-        return acc.result(duration_s, goodput_slos=goodput_slos, class_slos=class_slos,
-                          selected_percentiles=selected_percentiles, selected_metrics=selected_metrics,
-                          ttft_rule=ttft_rule, schedule_lags_s=lags, late_send_threshold_ms=late_send_threshold_ms)
-
-    metrics = measure(records, schedule_lags_s)
-    models = sorted({getattr(r, "model", "") for r in records})
-    if len(models) > 1:
-        metrics.by_model = {m: measure([r for r in records if getattr(r, "model", "") == m], None) for m in models}
-    return metrics
+    acc = MetricsAccumulator()
+    acc.extend(records)
+    return acc.result(duration_s, goodput_slos=goodput_slos, class_slos=class_slos,
+                      selected_percentiles=selected_percentiles, selected_metrics=selected_metrics,
+                      ttft_rule=ttft_rule, schedule_lags_s=schedule_lags_s, late_send_threshold_ms=late_send_threshold_ms)
 
 
 def failure_counts(records: Sequence[RequestRecord]) -> tuple[dict[str, int], dict[str, str]]:

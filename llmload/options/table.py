@@ -200,7 +200,8 @@ _ARRIVALS = (
 # the list-valued ones stay off the web form: Locust's form hands lists back as lists of strings
 _METRICS = (
     Option(("--goodput",), "goodput", BOTH, "metrics",
-           "SLOs for goodput, e.g. ttft:500 tpot:50 (metrics ttft, tpot, e2el)", nargs="+", metavar="METRIC:MS",
+           "SLOs for goodput, e.g. ttft:500 tpot:50 (metrics ttft, tpot, e2el); CLASS:METRIC:MS for one user class, "
+           "model=NAME:METRIC:MS for one model or adapter", nargs="+", metavar="METRIC:MS",
            web_ui=False),
     Option(("--percentile-metrics",), "percentile_metrics", BOTH, "metrics",
            "metrics reported with percentiles: ttft,tpot,itl,e2el (default: %(default)s)",

@@ -13,7 +13,8 @@ time from the first request's start to the last one's end (as the result JSON).
 
 Run-wide ITL percentiles are exact up to :data:`ITL_EXACT_LIMIT` values, then come from
 :class:`llmload.metrics.LogHistogram` (1 % buckets; ``itl_exact`` says which). With more than one user class
-``window`` and ``run`` also hold ``by_class``: ``{class: the same numbers over that class's requests}``. When some
+``window`` and ``run`` also hold ``by_class``: ``{class: the same numbers over that class's requests}``; with more
+than one model or LoRA adapter named (``--model a,b``, ``--lora-modules``), ``by_model`` likewise. When some
 request was a turn of a conversation (``turn > 0``), ``window`` and ``run`` also hold ``turns``: one row per turn
 index (``turn``, ``label``, ``requests``, ``completed``, ``ttft_p50_ms``, ``tpot_p50_ms``, ``cached_fraction``;
 :meth:`llmload.metrics.ConversationTally.live_rows`, turns from 16 on pooled as ``"16+"``).
@@ -78,6 +79,11 @@ class LiveStats:
         """The test's user classes; more than one gives ``by_class`` numbers."""
         return self.acc.classes
 
+    @property
+    def models(self) -> list[str]:
+        """The models (or LoRA adapters) the test's requests named; more than one gives ``by_model`` numbers."""
+        return self.acc.models
+
     # -- ingest ---------------------------------------------------------------------------------------------
 
     def ingest(self) -> int:
@@ -122,8 +128,8 @@ class LiveStats:
         span = window_s if self.first_start is None else max(1e-9, min(window_s, end - self.first_start))
         slos = self._slos(slos_ms)
 
-        def numbers(user_class: str | None) -> dict[str, Any]:
-            out = acc.live(span, slos=slos, user_class=user_class)
+        def numbers(user_class: str | None, model: str | None) -> dict[str, Any]:
+            out = acc.live(span, slos=slos, user_class=user_class, model=model)
             for key in _RUN_ONLY:
                 del out[key]
             out["errors"] = _kinds(out["errors"])
@@ -137,21 +143,23 @@ class LiveStats:
         duration = self.duration()
         slos = self._slos(slos_ms)
 
-        def numbers(user_class: str | None) -> dict[str, Any]:
-            out = self.acc.live(duration, slos=slos, user_class=user_class)
+        def numbers(user_class: str | None, model: str | None) -> dict[str, Any]:
+            out = self.acc.live(duration, slos=slos, user_class=user_class, model=model)
             del out["errors"]
             return {"duration_s": duration, **out}
 
         return self._with_classes(numbers, self.acc)
 
-    def _with_classes(self, numbers: Callable[[str | None], dict[str, Any]], acc: MetricsAccumulator
+    def _with_classes(self, numbers: Callable[[str | None, str | None], dict[str, Any]], acc: MetricsAccumulator
                       ) -> dict[str, Any]:
-        out = numbers(None)
+        out = numbers(None, None)
         turns = acc.conversations.live_rows()
         if turns is not None:
             out["turns"] = turns
         if len(self.classes) > 1:
-            out["by_class"] = {c: numbers(c) for c in self.classes}
+            out["by_class"] = {c: numbers(c, None) for c in self.classes}
+        if len(self.models) > 1:
+            out["by_model"] = {m: numbers(None, m) for m in self.models}
         return out
 
     def _slos(self, slos_ms: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -186,9 +194,9 @@ def _kinds(counts: Mapping[str, int]) -> dict[str, int]:
 
 
 def parse_slos(items: Mapping[str, Any]) -> dict[str, Any]:
-    """The tab's SLO form or query (``{"ttft": "500", "tpot": "", "Chat:e2el": "900"}``) through
-    :func:`llmload.metrics.parse_goodput`: ``{"ttft": 500.0, "Chat": {"e2el": 900.0}}``; empty fields are left
-    out; raises ValueError naming a bad entry."""
+    """The tab's SLO form or query (``{"ttft": "500", "tpot": "", "Chat:e2el": "900", "model=a:ttft": "200"}``)
+    through :func:`llmload.metrics.parse_goodput`: ``{"ttft": 500.0, "Chat": {"e2el": 900.0}, "model=a": {"ttft":
+    200.0}}``; empty fields are left out; raises ValueError naming a bad entry."""
     try:
         return parse_goodput(form_items(items)) or {}
     except ConfigError as exc:

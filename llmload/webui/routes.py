@@ -6,7 +6,8 @@
     GET  /llm/stats           live numbers as JSON (``?window=S``, ``?series=0``, ``?slo_ttft=MS``...), the server's
                               scraped series under ``server`` (:mod:`llmload.webui.server_series`)
     POST /llm/rate            ``{"request_rate": R}``: open-loop rate for the whole test, master and workers
-    POST /llm/slo             ``{"ttft": MS, "tpot": MS, "e2el": MS}``: goodput SLOs (empty: none)
+    POST /llm/slo             ``{"ttft": MS, "tpot": MS, "e2el": MS, "Chat:e2el": MS, "model=a:ttft": MS}``: goodput
+                              SLOs, run-wide, per user class, per model (empty: none)
     GET  /llm/records.jsonl   this test's request records, one JSON object a line
     GET  /llm/result.json     this test's result JSON
 """
@@ -40,8 +41,10 @@ def _json(data: Any, status: int = 200) -> Response:
     return Response(body, status=status, mimetype="application/json")
 
 
-def _slos_from_query() -> dict[str, float] | None:
-    given = {m: request.args.get(f"slo_{m}") for m in SLO_METRICS if f"slo_{m}" in request.args}
+def _slos_from_query() -> dict[str, Any] | None:
+    """``?slo_ttft=500&slo_Chat:e2el=900&slo_model=a:ttft=200``: SLOs for this request only (None: none given)."""
+    given = {k[len("slo_"):]: v for k, v in request.args.items()
+             if k.startswith("slo_") and k.rpartition(":")[2].removeprefix("slo_") in SLO_METRICS}
     return parse_slos(given) if given else None
 
 

@@ -256,10 +256,10 @@ def test_llm_tab_in_browser(start_sim, start_web, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_distributed_workers_feed_the_tab(start_sim, start_web) -> None:
-    sim = start_sim("--ttft-ms", "30", "--itl-ms", "20")
+    sim = start_sim("--ttft-ms", "30", "--itl-ms", "20", "--lora-modules", "alpha,beta")
     master = str(free_port())
     web = start_web(script("locust"), *locust_args(sim.url, "--processes", "2", "--master-bind-port", master,
-                                                   "--master-port", master))
+                                                   "--master-port", master, "--lora-modules", "alpha", "beta"))
     web.wait_for("two workers", lambda d: d["workers"] == 2)
     # started like the form does (no -u on the command line): the rate is for the whole test
     resp = web.http.post("/swarm", data={"user_count": "4", "spawn_rate": "4", "host": sim.url,
@@ -280,6 +280,20 @@ def test_distributed_workers_feed_the_tab(start_sim, start_web) -> None:
     assert 3.0 <= live["run"]["requests_per_s"] <= 9.0, live["run"]
     assert live["window"]["ttft_ms"]["p50"] >= 30.0 - CLOCK_SLACK_S * 1000.0
     assert live["window"]["output_tokens_per_s"] > 0
+    # two adapters (drawn at random per request): the tab breaks the run down by model, and judges each model's
+    # requests by its own SLOs (TTFT >= 30 ms: no request meets 1 ms, every one meets 60 s)
+    by_model = live["run"]["by_model"]
+    assert set(by_model) == {"alpha", "beta"}, by_model
+    assert sum(m["requests"] for m in by_model.values()) == live["run"]["requests"]
+    resp = web.http.post("/llm/slo", json={"ttft": "1", "items": "model=alpha:ttft:60000"})
+    assert resp.status_code == 200 and resp.json()["slos_ms"] == {"ttft": 1.0, "model=alpha": {"ttft": 60000.0}}
+    judged = web.stats()["run"]
+    assert judged["by_model"]["beta"]["good"] == 0
+    assert judged["by_model"]["alpha"]["good"] == judged["by_model"]["alpha"]["completed"] == judged["good"] > 0
+    queried = web.stats(**{"slo_model=beta:ttft": "60000"})["run"]  # this request's SLOs only (alpha: none)
+    assert queried["by_model"]["beta"]["good"] == queried["by_model"]["beta"]["completed"] > 0
+    assert queried["good"] == queried["completed"]
+    assert web.http.post("/llm/slo", json={"items": "model=alpha:ttft"}).status_code == 400
 
     resp = web.http.post("/llm/rate", json={"request_rate": 14})
     assert resp.status_code == 200 and resp.json()["request_rate"] == 14.0
@@ -290,6 +304,7 @@ def test_distributed_workers_feed_the_tab(start_sim, start_web) -> None:
     lines = web.wait_settled()  # the workers' final batches
     workers = {json.loads(line)["worker"] for line in lines}
     assert workers == {"worker0", "worker1"}, workers
+    assert {json.loads(line)["model"] for line in lines} == {"alpha", "beta"}
     assert len(lines) == web.stats()["run"]["requests"]
 
 

@@ -1,6 +1,7 @@
-"""Protects the LLM tab's per-turn table (issue 11): tab.js draws one row per turn of ``run.turns`` from
-``GET /llm/stats`` (served here from :class:`LiveStats` over hand-built records, no Locust), and hides the table
-for a test of single requests."""
+"""Protects the LLM tab's per-turn table (issue 11) and its per-class/per-model table (issue 23): tab.js draws one
+row per turn of ``run.turns`` and one per entry of ``run.by_class``/``run.by_model`` from ``GET /llm/stats``
+(served here from :class:`LiveStats` over hand-built records, no Locust), hides each for a test without them, and
+posts per-model SLOs as ``--goodput`` items."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ def payload(stats: LiveStats) -> dict[str, Any]:
             "series": []}
 
 
-def serve(page, body: dict[str, Any]) -> None:
+def serve(page, body: dict[str, Any], posted: list[dict[str, Any]] | None = None) -> None:
     static = resources.files("llmload.webui").joinpath("static")
     files = {"/llm/": ("text/html", static.joinpath("page.html").read_text().replace("{{BASE}}", ORIGIN)),
              "/llm/static/tab.js": ("application/javascript", static.joinpath("tab.js").read_text()),
@@ -54,6 +55,9 @@ def serve(page, body: dict[str, Any]) -> None:
         path = route.request.url[len(ORIGIN):].split("?")[0]
         if path == "/llm/stats":
             route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
+        elif path == "/llm/slo" and posted is not None:
+            posted.append(json.loads(route.request.post_data))
+            route.fulfill(status=200, content_type="application/json", body=json.dumps({"slos_ms": {}}))
         elif path in files:
             route.fulfill(status=200, content_type=files[path][0], body=files[path][1])
         else:
@@ -105,5 +109,68 @@ def test_tab_draws_the_turn_table() -> None:
             page.wait_for_function("() => document.getElementById('llm-r-completed').dataset.value === '1'",
                                    timeout=15000)
             assert not page.is_visible("#llm-turns") and shown_turns(page) == []
+        finally:
+            chrome.close()
+
+
+def model_records(t0: float) -> list[RequestRecord]:
+    """Two adapters: "a" gets TTFT 100 and 300 ms, "b" one request of TTFT 50 ms and one failure."""
+    def one(start: float, ttft: float, model: str, ok: bool = True) -> RequestRecord:
+        chunks = [t0 + start + ttft + 0.01 * k for k in range(3)] if ok else []
+        return RequestRecord(start=t0 + start, first_token=chunks[0] if chunks else None, chunk_times=chunks,
+                             chunk_tokens=[1] * len(chunks), output_tokens=len(chunks), success=ok,
+                             error="" if ok else "HTTP 500", failure_kind="" if ok else "http_5xx", prompt_len=10,
+                             model=model)
+    return [one(0.0, 0.1, "a"), one(0.1, 0.3, "a"), one(0.2, 0.05, "b"), one(0.3, 0.0, "b", ok=False)]
+
+
+def shown_parts(page) -> dict[str, dict[str, str]]:
+    return page.evaluate("() => Object.fromEntries([...document.querySelectorAll('#llm-parts-body tr')].map(tr =>"
+                         " [tr.dataset.by + ':' + tr.dataset.name, Object.fromEntries([...tr.querySelectorAll("
+                         "'td[data-key]')].map(td => [td.dataset.key, td.dataset.value]))]))")
+
+
+@pytest.mark.needs("chromium")
+def test_tab_draws_the_model_table_and_posts_model_slos() -> None:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("playwright is not installed (pip install playwright)")
+    from pathlib import Path
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    now = [10.0]
+    stats = LiveStats([], clock=lambda: now[0])
+    stats.source.extend(model_records(10.0))
+    now[0] = 12.0
+    body = payload(stats)
+    body["slos_ms"] = {"ttft": 500.0, "model=b": {"ttft": 20.0}}
+    posted: list[dict[str, Any]] = []
+    with sync_playwright() as pw:
+        chrome = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = chrome.new_page()
+            serve(page, body, posted)
+            page.goto(f"{ORIGIN}/llm/")
+            page.wait_for_function("() => document.querySelectorAll('#llm-parts-body tr').length === 2",
+                                   timeout=15000)
+            assert page.is_visible("#llm-parts")
+            parts = shown_parts(page)
+            assert set(parts) == {"model:a", "model:b"}
+            assert (parts["model:a"]["requests"], parts["model:a"]["completed"]) == ("2", "2")
+            assert float(parts["model:a"]["ttft_ms.p50"]) == pytest.approx(200.0)
+            assert (parts["model:b"]["completed"], parts["model:b"]["failed"]) == ("1", "1")
+            # the SLOs the run holds come back into the form, and the download link carries them all
+            assert page.input_value("#llm-slo-more") == "model=b:ttft:20"
+            href = page.get_attribute("#llm-download-result", "href")
+            assert "slo_ttft=500" in href and "slo_model%3Db%3Attft=20" in href
+            page.fill("#llm-slo-more", "model=a:ttft:150 model=b:e2el:900")
+            page.click("#llm-slo-set")
+            page.wait_for_function("() => document.getElementById('llm-slo-msg').textContent === 'applied'",
+                                   timeout=15000)
+            assert posted[-1]["items"] == "model=a:ttft:150 model=b:e2el:900"
+            from llmload.webui.live import parse_slos
+            assert parse_slos(posted[-1]) == {"ttft": 500.0, "model=a": {"ttft": 150.0}, "model=b": {"e2el": 900.0}}
         finally:
             chrome.close()

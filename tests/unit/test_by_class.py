@@ -163,3 +163,70 @@ def test_live_stats_window_and_run_have_by_class() -> None:
     single.source.append(make(1.0, 0.1, [0.02], ""))
     single.ingest()
     assert "by_class" not in single.run() and "by_class" not in single.window(10.0)
+
+
+def with_model(r: RequestRecord, model: str) -> RequestRecord:
+    return RequestRecord.from_dict({**r.to_dict(), "model": model})
+
+
+# the same six requests, now also naming a LoRA adapter: one Chat and both good Batch requests on "lora:a"
+BY_MODEL = [with_model(CHAT[0], "lora:a"), with_model(BATCH[0], "lora:a"), with_model(CHAT[1], "base"),
+            with_model(BATCH[1], "lora:a"), with_model(BATCH[2], "base"), with_model(CHAT[2], "base")]
+
+
+def test_by_model_and_by_class_both_add_up_from_one_set_of_groups() -> None:
+    d = compute_metrics(BY_MODEL, 2.0, goodput_slos={"ttft": 250}, selected_metrics=ALL).to_result_dict()
+    assert sorted(d["by_model"]) == ["base", "lora:a"] and sorted(d["by_class"]) == ["Batch", "Chat"]
+    a, base = d["by_model"]["lora:a"], d["by_model"]["base"]
+    assert (a["completed"], a["failed"], base["completed"], base["failed"]) == (3, 0, 2, 1)
+    assert a["median_ttft_ms"] == pytest.approx(400.0)  # 100, 400, 800 ms
+    assert base["failures_by_kind"] == {"http_5xx": 1}
+    for key in ("completed", "failed", "sent", "total_input_tokens", "total_output_tokens", "request_goodput"):
+        assert sum(m[key] for m in d["by_model"].values()) == pytest.approx(d[key]), key
+        assert sum(c[key] for c in d["by_class"].values()) == pytest.approx(d[key]), key
+    # a class spread over two models is still one class: its numbers do not change with the models
+    assert d["by_class"] == compute_metrics(RECORDS, 2.0, goodput_slos={"ttft": 250},
+                                            selected_metrics=ALL).to_result_dict()["by_class"]
+
+
+def test_model_slos_win_over_class_and_run_wide_ones() -> None:
+    slos = parse_goodput(["ttft:250", "Batch:ttft:500", "model=lora:a:ttft:900"])
+    assert slos == {"ttft": 250.0, "Batch": {"ttft": 500.0}, "model=lora:a": {"ttft": 900.0}}
+    m = compute_metrics(BY_MODEL, 2.0, goodput_slos=slos)
+    # lora:a (TTFT <= 900): 100, 400, 800 ms all good; base: Chat 150, 200 <= 250 good, Batch's failure not
+    assert m.good_requests == 5
+    assert m.by_model["lora:a"].good_requests == 3 and m.by_model["base"].good_requests == 2
+    assert m.to_result_dict()["goodput_slos_ms"] == slos
+    assert m.by_model["lora:a"].goodput_slos == {"ttft": 900.0}
+    # without the model's own SLOs, lora:a's Batch requests take Batch's (400 good, 800 not), its Chat the run's
+    m = compute_metrics(BY_MODEL, 2.0, goodput_slos=parse_goodput(["ttft:250", "Batch:ttft:500"]))
+    assert m.by_model["lora:a"].good_requests == 2
+    assert "By model" in format_summary(m) and "lora:a" in format_summary(m)
+
+
+@pytest.mark.parametrize("item", ["model=:ttft:3", "model=a:speed:3", "model=a:ttft:x"])
+def test_bad_model_slos_are_one_line_errors(item: str) -> None:
+    with pytest.raises(ConfigError, match="--goodput"):
+        parse_goodput([item])
+
+
+def test_live_numbers_by_model_and_the_tabs_slo_items() -> None:
+    now = [10.0]
+    stats = LiveStats([], clock=lambda: now[0])
+    stats.source.extend(RequestRecord.from_dict({**r.to_dict(), "start": r.start + 10.0, "first_token":
+                                                 r.first_token + 10.0, "chunk_times": [t + 10.0 for t in
+                                                                                       r.chunk_times]})
+                        for r in BY_MODEL)
+    now[0] = 13.0
+    stats.ingest()
+    slos = parse_slos({"ttft": "250", "items": "model=lora:a:ttft:900, Batch:ttft:500"})
+    assert slos == {"ttft": 250.0, "model=lora:a": {"ttft": 900.0}, "Batch": {"ttft": 500.0}}
+    run = stats.run(slos_ms=slos)
+    assert sorted(run["by_model"]) == ["base", "lora:a"] and sorted(run["by_class"]) == ["Batch", "Chat"]
+    assert run["by_model"]["lora:a"]["completed"] == 3 and run["by_model"]["base"]["failed"] == 1
+    assert run["by_model"]["lora:a"]["ttft_ms"]["p50"] == pytest.approx(400.0)
+    assert run["good"] == 5 and run["by_model"]["lora:a"]["good"] == 3
+    window = stats.window(10.0, slos_ms=slos)
+    assert window["by_model"]["base"]["requests"] == 3
+    with pytest.raises(ValueError, match="SLO"):
+        parse_slos({"items": "model=a:ttft"})

@@ -18,6 +18,13 @@
   var TURN_COLS = [["label", "turn"], ["requests", "requests", 0], ["completed", "completed", 0],
                    ["ttft_p50_ms", "TTFT p50 (ms)", 1], ["tpot_p50_ms", "TPOT p50 (ms)", 2],
                    ["cached_fraction", "cached %", 1]];
+  // the per-class and per-model table (run.by_class, run.by_model): [key, header, digits]; keys with a dot are
+  // a latency's {p50, p99, ...}
+  var PART_COLS = [["requests", "requests", 0], ["completed", "completed", 0], ["failed", "failed", 0],
+                   ["cancelled", "cancelled", 0], ["requests_per_s", "req/s", 2],
+                   ["output_tokens_per_s", "output tok/s", 1], ["ttft_ms.p50", "TTFT p50 (ms)", 1],
+                   ["ttft_ms.p99", "TTFT p99 (ms)", 1], ["tpot_ms.p50", "TPOT p50 (ms)", 2],
+                   ["goodput_per_s", "goodput (req/s)", 2]];
 
   function el(tag, attrs, children) {
     var node = document.createElement(tag);
@@ -57,11 +64,15 @@
       el("label", {"for": "llm-slo-ttft", text: "TTFT"}), el("input", {id: "llm-slo-ttft", type: "number", min: "0", step: "any"}),
       el("label", {"for": "llm-slo-tpot", text: "TPOT"}), el("input", {id: "llm-slo-tpot", type: "number", min: "0", step: "any"}),
       el("label", {"for": "llm-slo-e2el", text: "E2E"}), el("input", {id: "llm-slo-e2el", type: "number", min: "0", step: "any"}),
+      el("label", {"for": "llm-slo-more", text: "per class/model"}),
+      el("input", {id: "llm-slo-more", type: "text", size: "28", placeholder: "model=NAME:ttft:200 Chat:e2el:900"}),
       el("button", {type: "submit", id: "llm-slo-set", text: "Apply"}),
       el("span", {"class": "llm-msg", id: "llm-slo-msg"})]);
     sloForm.addEventListener("submit", function (ev) {
       ev.preventDefault();
-      post("/llm/slo", {ttft: val("llm-slo-ttft"), tpot: val("llm-slo-tpot"), e2el: val("llm-slo-e2el")}, "llm-slo-msg");
+      // items: "PART:METRIC:MS ...", as --goodput takes them (PART a user class or model=NAME)
+      post("/llm/slo", {ttft: val("llm-slo-ttft"), tpot: val("llm-slo-tpot"), e2el: val("llm-slo-e2el"),
+                        items: val("llm-slo-more")}, "llm-slo-msg");
     });
     var win = el("select", {id: "llm-window"}, [5, 10, 30, 60].map(function (s) {
       var o = el("option", {value: String(s), text: "last " + s + " s"}); if (s === windowS) o.selected = true; return o;
@@ -117,6 +128,13 @@
     p.appendChild(el("div", {id: "llm-turns", style: "display:none"}, [
       el("h3", {text: "By turn (run)"}),
       el("table", {id: "llm-turns-table"}, [el("thead", {}, [turnHead]), el("tbody", {id: "llm-turns-body"})])]));
+
+    // several user classes or models only: one row each (run.by_class, run.by_model), hidden otherwise
+    var partHead = el("tr", {}, [el("th", {text: "by"}), el("th", {text: "name"})].concat(
+      PART_COLS.map(function (c) { return el("th", {text: c[1]}); })));
+    p.appendChild(el("div", {id: "llm-parts", style: "display:none"}, [
+      el("h3", {text: "By user class and model (run)"}),
+      el("table", {id: "llm-parts-table"}, [el("thead", {}, [partHead]), el("tbody", {id: "llm-parts-body"})])]));
 
     p.appendChild(el("h3", {text: "Errors by kind (run)"}));
     p.appendChild(el("table", {id: "llm-errors"}, [el("tbody", {id: "llm-errors-body"})]));
@@ -197,6 +215,7 @@
       eb.appendChild(el("tr", {}, [el("td", {text: k}), el("td", {text: String(d.errors[k])})]));
     });
     renderTurns(r.turns);
+    renderParts(r);
     renderServer(d.server);
     var rateInput = document.getElementById("llm-rate-input");
     if (document.activeElement !== rateInput) rateInput.value = d.request_rate;
@@ -207,7 +226,12 @@
       var input = document.getElementById("llm-slo-" + k);
       if (document.activeElement !== input && d.slos_ms) input.value = d.slos_ms[k] === undefined ? "" : d.slos_ms[k];
     });
-    var q = Object.keys(d.slos_ms || {}).map(function (k) { return "slo_" + k + "=" + d.slos_ms[k]; }).join("&");
+    var more = document.getElementById("llm-slo-more"), items = sloItems(d.slos_ms || {});
+    if (document.activeElement !== more) {
+      more.value = items.filter(function (i) { return i[0].indexOf(":") > 0; })
+        .map(function (i) { return i[0] + ":" + i[1]; }).join(" ");
+    }
+    var q = items.map(function (i) { return "slo_" + encodeURIComponent(i[0]) + "=" + i[1]; }).join("&");
     document.getElementById("llm-download-result").setAttribute("href", base + "/llm/result.json" + (q ? "?" + q : ""));
     if (d.series) {
       var last = seriesCache.length ? seriesCache[seriesCache.length - 1].t : -1;
@@ -217,6 +241,40 @@
       if (seriesCache.length && d.elapsed_s < seriesCache[seriesCache.length - 1].t) seriesCache = d.series.slice();
     }
     draw();
+  }
+
+  // slos_ms ({"ttft": 500, "Chat": {"e2el": 900}, "model=a": {"ttft": 200}}) as [["ttft", 500], ["Chat:e2el", 900], ...]
+  function sloItems(slos) {
+    var out = [];
+    Object.keys(slos).forEach(function (k) {
+      var v = slos[k];
+      if (v !== null && typeof v === "object") Object.keys(v).forEach(function (m) { out.push([k + ":" + m, v[m]]); });
+      else out.push([k, v]);
+    });
+    return out;
+  }
+
+  function renderParts(r) {
+    var box = document.getElementById("llm-parts"), tb = document.getElementById("llm-parts-body");
+    var rows = [];
+    [["class", r.by_class], ["model", r.by_model]].forEach(function (kind) {
+      Object.keys(kind[1] || {}).sort().forEach(function (name) { rows.push([kind[0], name, kind[1][name]]); });
+    });
+    box.style.display = rows.length ? "" : "none";
+    tb.textContent = "";
+    rows.forEach(function (row) {
+      var tr = el("tr", {"data-by": row[0], "data-name": row[1]}, [el("td", {text: row[0]}),
+                                                                   el("td", {text: row[1] || "(none)"})]);
+      PART_COLS.forEach(function (c) {
+        var path = c[0].split("."), v = row[2][path[0]];
+        if (path.length > 1 && v) v = v[path[1]];
+        var td = el("td", {"data-key": c[0]});
+        td.textContent = fmt(v, c[2]);
+        td.setAttribute("data-value", v === null || v === undefined ? "" : String(v));
+        tr.appendChild(td);
+      });
+      tb.appendChild(tr);
+    });
   }
 
   function renderTurns(turns) {
