@@ -91,7 +91,8 @@ def _cache_and_generation(parser: argparse.ArgumentParser) -> None:
     gen.add_argument("--tokenizer", help="count prompt tokens with this tokenizer ('builtin', a dir or a name) "
                                          "instead of ~4 characters per token")
     gen.add_argument("--reasoning-tokens", type=argtypes.non_negative_int, default=0, metavar="N",
-                     help="chat: send the first N generated tokens as reasoning_content, the rest as content "
+                     help="chat, responses, messages: send the first N generated tokens as reasoning "
+                          "(reasoning_content, a reasoning item, a thinking block), the rest as the answer "
                           "(default 0; completions never reason)")
 
 

@@ -149,7 +149,8 @@ class SimConfig:
     prefix_cache_block: int = 16
     #: fixed-timing mode: extra time to first token per prompt token that is not in the prefix cache
     prefill_ms_per_token: float = 0.0
-    #: chat: the first N generated tokens are reasoning (``delta.reasoning_content``)
+    #: chat, responses, messages: the first N generated tokens are reasoning (chat's
+    #: ``delta.reasoning_content``, a Responses ``reasoning`` item, a Messages ``thinking`` block)
     reasoning_tokens: int = 0
     #: the request header whose value the trace records as ``session`` (any case)
     session_header: str = "X-Session-ID"

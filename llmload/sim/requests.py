@@ -15,6 +15,8 @@ from llmload.sim.text import estimate_tokens, text_offset
 #: text -> token ids (``--tokenizer``)
 Tokenize = Callable[[str], Sequence[int]]
 
+#: the request kinds whose first ``--reasoning-tokens`` output tokens are reasoning (the chat-style routes)
+REASONING_KINDS = ("chat", "responses", "messages")
 #: path -> request kind
 ROUTES: dict[str, str] = {
     "/v1/completions": "completions",
@@ -47,7 +49,7 @@ class GenRequest:
     prefix_cache: bool = False
     #: prompt tokens found in the prefix cache, set when the engine admits the request
     cached_tokens: int = 0
-    #: chat: how many of the output tokens are reasoning (sent first, as ``reasoning_content``)
+    #: chat, responses, messages: how many of the output tokens are reasoning (sent first)
     reasoning_tokens: int = 0
     #: ``--trace-prompts``: the chat messages (role and content) or the prompt, as received
     trace_prompt: object = None
@@ -196,7 +198,7 @@ class RequestParser:
             ignore_eos=fields.ignore_eos,
             block_hashes=_block_hashes(cfg, text, ids, prompt_tokens),
             prefix_cache=cfg.prefix_cache,
-            reasoning_tokens=min(cfg.reasoning_tokens, output_tokens) if kind == "chat" else 0,
+            reasoning_tokens=min(cfg.reasoning_tokens, output_tokens) if kind in REASONING_KINDS else 0,
             trace_prompt=_trace_prompt(kind, body, fields) if cfg.trace_prompts else None,
         )
 

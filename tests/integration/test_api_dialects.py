@@ -111,3 +111,42 @@ def test_locust_runs_the_messages_api(child_runner, sim, tmp_path: Path) -> None
     assert run.returncode == 0, run.describe()
     data = json.loads(result.read_text())
     assert data["completed"] == 8 and data["total_output_tokens"] == 8 * 12, data
+
+
+REASONING = 4
+
+
+def test_reasoning_streams_over_every_dialect(child_runner, start_sim, tmp_path: Path) -> None:
+    """A simulator that thinks first: the SDKs read the reasoning item and thinking block, and bench over each
+    dialect counts the same reasoning tokens and times the answer's first token where the server sent it."""
+    trace = tmp_path / "trace.jsonl"
+    sim = start_sim("--model", MODEL, "--ttft-ms", "20", "--itl-ms", "10", "--reasoning-tokens", str(REASONING),
+                    "--trace-file", trace)
+    with openai.OpenAI(base_url=f"{sim.url}/v1", api_key="x", max_retries=0, timeout=30) as client:
+        with client.responses.stream(model=MODEL, input="Why?", max_output_tokens=9,
+                                     extra_body={"ignore_eos": True}) as stream:
+            thought = "".join(e.delta for e in stream if e.type == "response.reasoning_text.delta")
+            final = stream.get_final_response()
+        assert [item.type for item in final.output] == ["reasoning", "message"] and thought and final.output_text
+        assert final.usage.output_tokens_details.reasoning_tokens == REASONING
+    anthropic = pytest.importorskip("anthropic")
+    with anthropic.Anthropic(base_url=sim.url, api_key="x", max_retries=0, timeout=30) as client:
+        with client.messages.stream(model=MODEL, max_tokens=7, messages=[{"role": "user", "content": "why?"}],
+                                    extra_body={"ignore_eos": True}) as stream:
+            answer = "".join(stream.text_stream)
+            message = stream.get_final_message()
+        assert [b.type for b in message.content] == ["thinking", "text"] and message.content[1].text == answer
+    for dialect in DIALECTS:
+        run = child_runner.bench("--backend", dialect, "--base-url", sim.url, "--model", MODEL, "--tokenizer",
+                                 "builtin", "--num-prompts", "8", "--request-rate", "20", "--seed", "3",
+                                 "--sharegpt-output-len", "10", "--ignore-eos", "--save-result", "--disable-tqdm",
+                                 timeout=180)
+        assert run.returncode == 0, run.describe()
+        result, records = run.result(), run.records()
+        assert result["reasoning"]["total_reasoning_tokens"] == 8 * REASONING, (dialect, result.get("reasoning"))
+        assert all(r["reasoning_tokens"] == REASONING and r["output_tokens"] == 10 for r in records), dialect
+        # TTFT is the first reasoning token; the answer began at the server's fifth token
+        pairs = match_trace(records, trace_lines(trace))
+        assert len(pairs) == 8
+        assert median(abs(rec["first_token"] - line["chunks"][0]) for rec, line in pairs) < MARGIN_S, dialect
+        assert median(abs(rec["first_answer_token"] - line["chunks"][REASONING]) for rec, line in pairs) < MARGIN_S
