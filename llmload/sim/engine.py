@@ -10,6 +10,11 @@ catches up.
 With a :class:`~llmload.sim.prefix_cache.PrefixCache`, a sequence looks its prompt blocks up when it is
 admitted and starts with the cached tokens already prefilled, so its prefill (and its share of the step
 cost) covers only the uncached tokens; its blocks enter the cache in the step its prefill completes.
+
+With :class:`~llmload.sim.lora.AdapterSlots` (``--lora-modules``), the batch holds sequences of at most
+``max_loras`` distinct adapters (vLLM's scheduler): a waiting sequence whose adapter would be one too many is
+skipped, the ones behind it may still be admitted, and it goes back to the front of the queue. A sequence whose
+adapter had to be loaded starts its prefill ``lora_load_ms`` after it was admitted.
 """
 
 from __future__ import annotations
@@ -21,16 +26,18 @@ from typing import TYPE_CHECKING
 from llmload.sim.config import Profile
 
 if TYPE_CHECKING:
+    from llmload.sim.lora import AdapterSlots
     from llmload.sim.prefix_cache import PrefixCache
 
 
 class Seq:
     """One request inside the engine."""
 
-    __slots__ = ("admitted", "blocks", "cached", "generated", "key", "output_tokens", "prefilled", "prompt_tokens",
-                 "reserved", "stall_since")
+    __slots__ = ("adapter", "admitted", "blocks", "cached", "generated", "key", "output_tokens", "prefilled",
+                 "prompt_tokens", "ready_at", "reserved", "stall_since")
 
-    def __init__(self, key: object, prompt_tokens: int, output_tokens: int, blocks: Sequence[int] = ()) -> None:
+    def __init__(self, key: object, prompt_tokens: int, output_tokens: int, blocks: Sequence[int] = (),
+                 adapter: str = "") -> None:
         self.key = key
         self.prompt_tokens = max(1, prompt_tokens)
         self.output_tokens = max(1, output_tokens)
@@ -44,15 +51,20 @@ class Seq:
         self.stall_since: float | None = None
         #: when the engine moved it from waiting to running (None until then): its queue time ends here
         self.admitted: float | None = None
+        #: the LoRA adapter it names ('' for the base model), and when that adapter finished loading
+        self.adapter = adapter
+        self.ready_at = 0.0
 
 
 class BatchEngine:
     """Plans and completes engine steps; the caller supplies the clock."""
 
-    def __init__(self, profile: Profile, tokens_per_chunk: int = 1, cache: PrefixCache | None = None) -> None:
+    def __init__(self, profile: Profile, tokens_per_chunk: int = 1, cache: PrefixCache | None = None,
+                 adapters: AdapterSlots | None = None) -> None:
         self.profile = profile
         self.tokens_per_chunk = max(1, tokens_per_chunk)
         self.cache = cache
+        self.adapters = adapters
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.kv_reserved = 0
@@ -82,20 +94,39 @@ class BatchEngine:
         """
         p = self.profile
         running = self.running
+        waiting = self.waiting
         cache = self.cache
+        adapters = self.adapters
+        # adapter -> when it is loaded, over the running batch (a request joining it waits for the load too)
+        ready: dict[str, float] = {}
+        if adapters is not None:
+            for s in running:
+                if s.adapter and s.ready_at >= ready.get(s.adapter, 0.0):
+                    ready[s.adapter] = s.ready_at
+        skipped: list[Seq] = []
         if cache is not None:
             cache.begin_batch()
-        while self.waiting and len(running) < p.max_num_seqs:
-            seq = self.waiting[0]
+        while waiting and len(running) < p.max_num_seqs:
+            seq = waiting[0]
             if running and self.kv_reserved + seq.reserved > p.kv_capacity:
                 break
-            self.waiting.popleft()
+            waiting.popleft()
+            if adapters is not None and seq.adapter:
+                if seq.adapter not in ready:
+                    if len(ready) >= adapters.max_loras:
+                        skipped.append(seq)  # one adapter too many for this batch: it waits for a slot
+                        continue
+                    ready[seq.adapter] = now + adapters.admit(seq.adapter, ready)
+                else:
+                    adapters.admit(seq.adapter, ready)  # loaded (or loading): now the most recently used
+                seq.ready_at = ready[seq.adapter]
             running.append(seq)
             seq.admitted = now
             self.kv_reserved += seq.reserved
             if cache is not None:  # a prompt shorter than a block is still a query (of no hits), as in vLLM
                 seq.cached = cache.lookup(seq.blocks, seq.prompt_tokens)
                 seq.prefilled = seq.cached
+        waiting.extendleft(reversed(skipped))
         if cache is not None:
             cache.end_batch()
 
@@ -130,7 +161,7 @@ class BatchEngine:
             if budget <= 0:
                 break
             todo = s.prompt_tokens - s.prefilled
-            if todo <= 0:
+            if todo <= 0 or s.ready_at > now:  # prefilled, or its adapter still loading
                 continue
             take = todo if todo < budget else budget
             s.prefilled += take

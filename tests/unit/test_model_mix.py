@@ -65,3 +65,37 @@ def test_adapter_slots_load_the_least_recently_used_out() -> None:
     # x, y load; x is loaded; z evicts y (least recent); y evicts x; the base model loads nothing; x again
     assert waits == [0.05, 0.05, 0.0, 0.05, 0.05, 0.0, 0.05]
     assert slots.loads == 5 and slots.active == ["y", "x"]
+
+
+def test_adapter_slots_never_load_out_an_adapter_in_use() -> None:
+    slots = AdapterSlots(max_loras=2, load_ms=50)
+    slots.admit("x"), slots.admit("y")
+    slots.admit("z", in_use={"x"})  # y is the least recently used one not running
+    assert slots.active == ["x", "z"]
+
+
+def test_the_batch_runs_at_most_max_loras_adapters_and_skips_the_rest() -> None:
+    from llmload.sim.config import DEFAULT_PROFILE, PROFILES
+    from llmload.sim.engine import BatchEngine, Seq
+
+    engine = BatchEngine(PROFILES[DEFAULT_PROFILE], adapters=AdapterSlots(max_loras=1, load_ms=50))
+    seqs = [Seq(i, 8, 2, adapter=a) for i, a in enumerate(("a", "b", "a", "", "b"))]
+    for seq in seqs:
+        engine.add(seq)
+    now = engine.plan_step(0.0)
+    engine.complete_step(now)
+    # one adapter slot: a's two requests and the base model's run; b's two wait, in their order, at the front
+    assert [s.key for s in engine.running] == [0, 2, 3] and [s.key for s in engine.waiting] == [1, 4]
+    assert seqs[0].ready_at == 0.05 and seqs[2].ready_at == 0.05 and seqs[3].ready_at == 0.0
+    steps = 0
+    while not engine.idle:
+        now += engine.plan_step(now) or 0.001
+        running = {s.adapter for s in engine.running if s.adapter}
+        assert len(running) <= 1, running
+        for seq, _ in engine.complete_step(now):
+            assert seq.adapter == "" or now >= seq.ready_at  # no token before its adapter loaded
+        steps += 1
+        assert steps < 10_000
+    # b was admitted only after a's requests left, and had to be loaded (a's slot), 50 ms before its prefill
+    assert seqs[1].admitted >= max(seqs[0].admitted, seqs[2].admitted) + 0.05
+    assert seqs[1].ready_at == pytest.approx(seqs[1].admitted + 0.05) and engine.adapters.loads == 2

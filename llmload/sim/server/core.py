@@ -48,7 +48,8 @@ class SimServer(Streaming, HttpFront, Observing, Connections):
         #: the loaded LoRA adapters of this process (--workers: each replica its own)
         self.adapters = AdapterSlots(config.max_loras, config.lora_load_ms)
         self.engine = (None if config.fixed_timing
-                       else BatchEngine(config.profile, config.tokens_per_chunk, self.prefix_cache))
+                       else BatchEngine(config.profile, config.tokens_per_chunk, self.prefix_cache,
+                                        self.adapters if config.lora_modules else None))
         self._step_deadline: float | None = None
         self.conns: dict[int, Conn] = {}
         self._ids = count(1)

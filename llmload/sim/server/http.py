@@ -143,14 +143,20 @@ class HttpFront:
 
     def _lora_info(self) -> bytes:
         """vLLM's ``vllm:lora_requests_info`` (an info gauge: the adapters in its labels, the time as its value):
-        this process's loaded adapters (the answering worker's, with ``--workers``); nothing without adapters."""
+        the adapters of this process's running and waiting requests (the answering worker's, with
+        ``--workers``; in fixed-timing mode, the loaded ones as running); nothing without adapters."""
         if not self.config.lora_modules or self.config.dialect != "vllm":
             return b""
-        loaded = ",".join(self.adapters.active)
+        engine = self.engine
+        if engine is None:
+            running, waiting = self.adapters.active, []
+        else:
+            running = sorted({s.adapter for s in engine.running if s.adapter})
+            waiting = sorted({s.adapter for s in engine.waiting if s.adapter} - set(running))
         return (b"# HELP vllm:lora_requests_info Running stats on lora requests.\n"
                 b"# TYPE vllm:lora_requests_info gauge\n"
-                b'vllm:lora_requests_info{max_lora="%d",running_lora_adapters="%s",waiting_lora_adapters=""} %.3f\n'
-                % (self.adapters.max_loras, loaded.encode(), time.time()))
+                b'vllm:lora_requests_info{max_lora="%d",running_lora_adapters="%s",waiting_lora_adapters="%s"} %.3f\n'
+                % (self.adapters.max_loras, ",".join(running).encode(), ",".join(waiting).encode(), time.time()))
 
     def _model_card(self, name: str, parent: str | None = None) -> dict:
         # llmload_tokenizer: the tokenizer a client should count with (llmload.target.describe_server):

@@ -140,8 +140,8 @@ class Streaming:
         if job.req.stream:
             self._send(conn, STREAM_HEAD + frame(job.wire.head_events()))
         cfg = self.config
-        job.lora_load = self.adapters.admit(job.req.adapter)  # a swap-in delays the prefill (sim/lora.py)
         if self.engine is None:
+            job.lora_load = self.adapters.admit(job.req.adapter)  # a swap-in delays the prefill (sim/lora.py)
             req = job.req
             cache = self.prefix_cache
             if cache is not None:
@@ -152,16 +152,12 @@ class Streaming:
             self.loop.call_at(job.received + job.lora_load + ttft, self._fixed_tick, job)
             self._fixed_running += 1
             self._publish()
-        elif job.lora_load:
-            self.loop.call_at(now + job.lora_load, self._to_engine, job)
         else:
             self._to_engine(job, now)
 
     def _to_engine(self, job: Job, now: float) -> None:
-        """The engine takes the request (after its adapter loaded, when it had to)."""
-        if job.conn.closed or job.conn.job is not job:
-            return  # the client left while the adapter loaded
-        job.seq = Seq(job, job.req.prompt_tokens, job.req.output_tokens, job.req.block_hashes)
+        """The engine takes the request; it loads the request's adapter when it admits it (sim/engine.py)."""
+        job.seq = Seq(job, job.req.prompt_tokens, job.req.output_tokens, job.req.block_hashes, job.req.adapter)
         self.engine.add(job.seq)
         if self._step_deadline is None:
             self._begin_step(now)

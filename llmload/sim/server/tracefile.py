@@ -34,6 +34,8 @@ def trace_entry(job: Job, status: str, wall_offset: float) -> dict:
         "stream": job.req.stream,
         "received": job.received,
         "headers_sent": job.started,
+        # when the batching engine admitted it into the running batch (None: fixed timing, or never admitted)
+        "admitted": job.seq.admitted if job.seq is not None else None,
         "chunks": job.chunk_times,
         # when it ended: the last chunk, or when the server saw the client go (status client_closed)
         "ended": time.monotonic(),
@@ -50,7 +52,7 @@ def trace_entry(job: Job, status: str, wall_offset: float) -> dict:
         "session": job.session,
         "model": req.model,
         # seconds its LoRA adapter took to load first (0: loaded, or a base model)
-        "lora_load_s": job.lora_load,
+        "lora_load_s": job.lora_load if job.seq is None else max(0.0, job.seq.ready_at - (job.seq.admitted or 0.0)),
     }
     if req.trace_prompt is not None:
         as_messages = req.kind in ("chat", "messages") or (req.kind == "responses"
