@@ -143,7 +143,7 @@ def test_llm_tab_in_browser(start_sim, start_web, tmp_path: Path) -> None:
     from llmload.client.records import RequestRecord
     from llmload.metrics import METRIC_NAMES, compute_metrics
 
-    sim = start_sim("--ttft-ms", "30", "--itl-ms", "5")
+    sim = start_sim("--ttft-ms", "30", "--itl-ms", "5", "--model", "sim-a,sim-b")
     web = start_web(script("locust"), *locust_args(sim.url))
     with sync_playwright() as pw:
         chrome = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -157,6 +157,11 @@ def test_llm_tab_in_browser(start_sim, start_web, tmp_path: Path) -> None:
             assert page.get_attribute("input[name=apiKey]", "type") == "password"
             page.select_option("select[name=arrival]", "open")
             page.fill("input[name=requestRate]", "4")
+            # two models taken in turn, and one request in ten cancelled after its second token (issue 23)
+            page.fill("input[name=model]", "sim-a,sim-b")
+            page.select_option("select[name=modelSelection]", "round-robin")
+            page.fill("input[name=cancelRate]", "0.1")
+            page.fill("input[name=cancelAfter]", "tokens:2")
             page.get_by_role("button", name="Start").click()
             web.wait_for("the test to run", lambda d: d["state"] == "running" and d["users"] == 4)
 
@@ -210,6 +215,10 @@ def test_llm_tab_in_browser(start_sim, start_web, tmp_path: Path) -> None:
             if os.environ.get(UPDATE_DOCS_ENV):
                 shutil.copy(tmp_path / "llm-tab.png", ROOT / "docs" / "figures" / "llm-tab.png")
 
+            # the two models, one row each, as the run's numbers say
+            page.wait_for_function("() => document.querySelectorAll('#llm-parts-body tr[data-by=model]').length"
+                                   " === 2", timeout=15000)
+
             # goodput against an SLO entered in the tab
             page.fill("#llm-slo-ttft", "5000")
             page.click("#llm-slo-set")
@@ -252,6 +261,12 @@ def test_llm_tab_in_browser(start_sim, start_web, tmp_path: Path) -> None:
                 "median_tpot_ms", "p99_itl_ms", "mean_e2el_ms"):
         assert result[key] == pytest.approx(expect[key], rel=1e-9), key
     assert result["goodput_slos_ms"] == {"ttft": 5000.0}
+    # the form's model mix and cancellation reached every request: both models in turn, some cancelled (never in
+    # a latency statistic), and the tab counted them as the records do
+    assert {r.model for r in records} == {"sim-a", "sim-b"}
+    assert sorted(result["by_model"]) == ["sim-a", "sim-b"]
+    cancelled = sum(r.cancelled for r in records)
+    assert cancelled > 0 and run["cancelled"] == result["cancelled"] == cancelled
 
 
 @pytest.mark.slow
