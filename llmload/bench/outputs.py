@@ -83,9 +83,11 @@ def _print_summary(done: Finished, metrics: Any, health_report: dict[str, Any]) 
     from llmload.summary import format_accounting, format_summary
 
     args, outcome = done.plan.args, done.outcome
+    from llmload.metrics import deployment_from
+
     print(format_summary(metrics, backend_label=args.backend, request_rate=args.request_rate,
                          burstiness=args.burstiness, max_concurrency=args.max_concurrency,
-                         client_health=health_report), flush=True)
+                         client_health=health_report, deployment=deployment_from(args)), flush=True)
     interrupted = signal_name(outcome.interrupted_by) if outcome.interrupted_by is not None else None
     print(format_accounting(not_sent=outcome.unsent, planned=done.run.planned, interrupted_by=interrupted,
                             workers=outcome.workers, lost=outcome.lost))

@@ -44,6 +44,9 @@ def result_data(*, options: Any, metrics: Any, model_id: str, tokenizer_id: str,
         "interrupted": interrupted_by is not None,
         "interrupt_signal": signal_name(interrupted_by) if interrupted_by is not None else None,
     }
+    from llmload.metrics import deployment_from
+
+    data.update(deployment_from(options).result_keys(metrics.output_throughput, metrics.total_token_throughput))
     if observed is not None:
         data.update(observed.result_keys())
     if workload is not None:

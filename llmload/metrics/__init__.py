@@ -10,6 +10,7 @@
     percentiles   the one percentile rule over raw values and over bucket counts
     histogram     LogHistogram, the mergeable histogram of the live paths
     peaks         vLLM's max_output_tokens_per_s and max_concurrent_requests
+    cost          Deployment (--gpus, --gpu-type, --gpu-hour-cost): throughput per GPU, cost per million tokens
 
 Statistics: numpy mean, median, population std, ``np.percentile`` (linear); an empty list gives 0.
 
@@ -25,6 +26,7 @@ from typing import Any
 _EXPORTS = {
     "accumulator": ("MetricsAccumulator", "LIVE_PERCENTILES"),
     "compute": ("compute_metrics", "detailed_lists", "failure_counts"),
+    "cost": ("Deployment", "deployment_from"),
     "conversations": ("ConversationTally", "TURN_ROWS", "turn_row"),
     "conversation_result": ("ConversationMetrics", "ConversationStats", "TurnStats", "ReasoningStats",
                             "PrefixCacheStats"),

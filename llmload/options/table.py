@@ -211,6 +211,14 @@ _METRICS = (
     Option(("--ttft-rule",), "ttft_rule", BOTH, "metrics",
            "content: first event with text (default); vllm: first event with choices", default="content",
            choices=TTFT_RULES),
+    Option(("--gpus",), "gpus", BOTH, "metrics",
+           "GPUs the server runs on: throughput is also reported per GPU (default: %(default)s)",
+           type=argtypes.positive_int, default=1),
+    Option(("--gpu-type",), "gpu_type", BOTH, "metrics", "the GPUs' name, a label for results, e.g. H100",
+           metavar="NAME"),
+    Option(("--gpu-hour-cost",), "gpu_hour_cost", BOTH, "metrics",
+           "USD per GPU-hour: report the cost per million output (and total) tokens", type=argtypes.non_negative,
+           metavar="USD"),
 )
 
 _TIMEOUTS = (

@@ -97,8 +97,10 @@ def format_llmload_block(
     request_rate: float | None = None,
     burstiness: float | None = None,
     client_health: dict[str, Any] | None = None,
+    deployment: Any = None,
 ) -> str:
-    """llmload's extra lines: failures, cut-offs, steady TPOT, queue time, schedule lag, client health."""
+    """llmload's extra lines: failures, cut-offs, steady TPOT, queue time, schedule lag, per GPU and cost (when
+    the run describes its GPUs: a :class:`~llmload.metrics.Deployment`), client health."""
     m = metrics
     lines = [heading(" llmload extras ")]
     if backend_label:
@@ -133,10 +135,27 @@ def format_llmload_block(
         ]
         lines.append(float_line("Max schedule lag (ms):", m.schedule_lag.max_ms))
         lines.append(int_line(f"Late sends (> {m.late_send_threshold_ms:g} ms):", m.late_sends))
+    if deployment is not None and deployment.described:
+        lines += _deployment_lines(m, deployment)
     if client_health:
         lines += _health_lines(client_health)
     lines.append("=" * WIDTH)
     return "\n".join(lines)
+
+
+def _deployment_lines(m: BenchmarkMetrics, deployment: Any) -> list[str]:
+    """Per GPU and, with a price, per million tokens (docs/metrics.md, "Per GPU and cost")."""
+    gpus = f"{deployment.gpus} x {deployment.gpu_type}" if deployment.gpu_type else str(deployment.gpus)
+    lines = [heading("Per GPU and cost", "-"), int_line("GPUs:", gpus),
+             float_line("Output tok/s per GPU:", deployment.per_gpu(m.output_throughput)),
+             float_line("Total tok/s per GPU:", deployment.per_gpu(m.total_token_throughput))]
+    if deployment.gpu_hour_cost is not None:
+        lines.append(float_line("GPU-hour cost (USD):", deployment.gpu_hour_cost))
+        for label, rate in (("output", m.output_throughput), ("total", m.total_token_throughput)):
+            cost = deployment.cost_per_million(rate)
+            lines.append(float_line(f"Cost per 1M {label} tokens (USD):", cost) if cost is not None
+                         else int_line(f"Cost per 1M {label} tokens (USD):", "n/a"))
+    return lines
 
 
 #: longest example message printed after a failure kind's count
@@ -211,6 +230,7 @@ def format_summary(
     burstiness: float | None = None,
     max_concurrency: int | None = None,
     client_health: dict[str, Any] | None = None,
+    deployment: Any = None,
 ) -> str:
     """vLLM's block, llmload's block, the conversation, prefix-cache and reasoning blocks when the run has that
     data (:mod:`llmload.summary.conversations`), then the per-class block when there is one (no trailing
@@ -224,6 +244,7 @@ def format_summary(
             request_rate=request_rate,
             burstiness=burstiness,
             client_health=client_health,
+            deployment=deployment,
         ),
     ]
     blocks += [block for block in (format_conversation_blocks(metrics), format_class_block(metrics),

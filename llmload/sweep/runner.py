@@ -69,8 +69,11 @@ def sweep_data(sweep: SweepPlan, run: Any, rows: list[dict[str, Any]], answer: A
     from llmload.sweep.table import SWEEP_KIND, SWEEP_VERSION
 
     args, target = sweep.run.args, run.target
+    from llmload.metrics import deployment_from
+
     profile = target.sim_profile  # what llmload sim says of itself (built in, or found at --base-url)
     ceiling = next((r["achieved_rate"] for r in rows if r["role"] == "ceiling"), None)
+    deployment = deployment_from(args)
     return {
         "kind": SWEEP_KIND, "version": SWEEP_VERSION, "date": datetime.now().strftime("%Y%m%d-%H%M%S"),
         "label": args.label or profile or args.backend,
@@ -82,6 +85,7 @@ def sweep_data(sweep: SweepPlan, run: Any, rows: list[dict[str, Any]], answer: A
         "goodput_target": sweep.goodput_target if sweep.slo else None,
         "precision": str(sweep.precision) if sweep.searching else None,
         "ceiling": ceiling, "answer": answer_dict(answer, rows, sweep), "interrupted": interrupted, "finished": finished,
+        "gpus": deployment.gpus, "gpu_type": deployment.gpu_type, "gpu_hour_cost": deployment.gpu_hour_cost,
         "points": rows,
     }
 
@@ -103,6 +107,9 @@ def answer_dict(answer: Answer | None, rows: list[dict[str, Any]], sweep: SweepP
     if answer.reason:
         parts.append(answer.reason)
     out["reason"] = "; ".join(parts)
+    met = by_index.get(answer.lower_point) if answer.lower_point is not None else None
+    for key in ("output_throughput_per_gpu", "cost_per_million_output_tokens", "cost_per_million_total_tokens"):
+        out[key] = met.get(key) if met else None  # at the answer: the point that met
     return out
 
 
@@ -164,7 +171,9 @@ def answer_line(data: dict[str, Any]) -> str:
     sim = " [simulated]" if data.get("simulated") else ""
     target = f"{slo} for >= {data['goodput_target']:.0%} of requests"
     if answer["met"]:
-        return f"Highest {what} meeting {target}: {answer['value']:g}{sim} ({answer['reason']})"
+        cost = answer.get("cost_per_million_output_tokens")
+        priced = f"; ${cost:.4g} per 1M output tokens there" if cost is not None else ""
+        return f"Highest {what} meeting {target}: {answer['value']:g}{sim} ({answer['reason']}){priced}"
     return f"No {what} tried met {target}{sim} ({answer['reason']})"
 
 

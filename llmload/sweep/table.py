@@ -20,7 +20,11 @@ A row (``point_row``)::
     duration, ttft_ms / tpot_ms / itl_ms / e2el_ms ({"mean", "median", "p50", "p90", "p99"}: whichever the
     point's JSON has), goodput (fraction of requests sent that met every SLO | None), meets_target (bool | None),
     client_limited (bool), client_reason (str), saturated (bool), stopped_on_saturation (bool),
-    server ({peak_running, peak_waiting, peak_kv_cache_usage, preemptions} | None), result_file, records_file
+    server ({peak_running, peak_waiting, peak_kv_cache_usage, preemptions} | None), result_file, records_file,
+    output_throughput_per_gpu, output_throughput_per_user (1000 / median TPOT ms: one user's token rate),
+    cost_per_million_output_tokens, cost_per_million_total_tokens (USD; None without --gpu-hour-cost)
+
+The top level also has gpus, gpu_type and gpu_hour_cost (docs/metrics.md, "Per GPU and cost").
 """
 
 from __future__ import annotations
@@ -87,8 +91,17 @@ def point_row(index: int, role: str, result: Mapping[str, Any], *, goodput: floa
         "server": {k: server[k] for k in _SERVER_KEYS if k in server} if server else None,
         "result_file": result_file,
         "records_file": records_file,
+        "output_throughput_per_gpu": result.get("output_throughput_per_gpu"),
+        "output_throughput_per_user": per_user_rate(row["tpot_ms"].get("median")),
+        "cost_per_million_output_tokens": result.get("cost_per_million_output_tokens"),
+        "cost_per_million_total_tokens": result.get("cost_per_million_total_tokens"),
     })
     return row
+
+
+def per_user_rate(tpot_ms: float | None) -> float | None:
+    """Output tokens per second one user sees while its answer streams: 1000 / TPOT (ms); None without one."""
+    return 1000.0 / tpot_ms if tpot_ms else None
 
 
 def write_sweep(path: Path, data: Mapping[str, Any]) -> None:

@@ -201,6 +201,7 @@ def main_run(child_runner_module, sim):
         "--base-url", sim.url, "--tokenizer", "builtin", "--num-prompts", MAIN_PROMPTS, "--max-concurrency", "8",
         "--goodput", *(f"{k}:{v:g}" for k, v in MAIN_SLOS.items()), "--percentile-metrics", "ttft,tpot,itl,e2el",
         "--metric-percentiles", ",".join(f"{p:g}" for p in MAIN_PERCENTILES), "--save-result", "--save-detailed",
+        "--gpus", "2", "--gpu-type", "L40S", "--gpu-hour-cost", "1.5",
     )
     assert run.returncode == 0, run.describe()
     return run
@@ -282,6 +283,11 @@ def test_json_keys_all_options(main_run) -> None:
     assert data["backend"] == data["endpoint_type"] == "vllm"
     assert data["tokenizer_id"] == "builtin"
     assert data["burstiness"] == 1.0
+    # two GPUs at $1.50 an hour: the cost of a million output tokens at the run's own output rate
+    assert data["gpus"] == 2 and data["gpu_type"] == "L40S" and data["gpu_hour_cost"] == 1.5
+    assert data["output_throughput_per_gpu"] == pytest.approx(data["output_throughput"] / 2)
+    assert data["cost_per_million_output_tokens"] == pytest.approx(2 * 1.5 / (data["output_throughput"] * 3600) * 1e6)
+    assert "Cost per 1M output tokens (USD):" in main_run.stdout
 
 
 @pytest.mark.slow
