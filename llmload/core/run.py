@@ -32,6 +32,7 @@ from llmload.core.workload import (
     schedule_spec,
 )
 from llmload.errors import DatasetError, LLMLoadError
+from llmload.metrics.cost import Deployment, deployment_from
 from llmload.options import option_value
 from llmload.urls import redact_url
 
@@ -59,6 +60,8 @@ class RunConfig:
     think: str | None
     max_concurrency: int | None
     stop_timeout: float
+    #: the GPUs behind the server (``--gpus``, ``--gpu-type``, ``--gpu-hour-cost``): per GPU and cost
+    deployment: Deployment = field(default_factory=Deployment)
 
     @classmethod
     def from_options(cls, options: Any, *, live: bool = False) -> RunConfig:
@@ -89,7 +92,8 @@ class RunConfig:
                    ttft_rule=options.ttft_rule, backend=options.backend,
                    conversation=check_conversation_options(options), think=think,
                    max_concurrency=getattr(options, "max_concurrency", None) or None,
-                   stop_timeout=float(getattr(options, "stop_timeout", 0.0) or 0.0))
+                   stop_timeout=float(getattr(options, "stop_timeout", 0.0) or 0.0),
+                   deployment=deployment_from(options))
 
 
 @dataclass(frozen=True)

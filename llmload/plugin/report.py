@@ -94,10 +94,8 @@ def print_summary(run: Any) -> None:
                                class_slos=_class_slos(run))
     records, metrics = measured.records, measured.metrics
     health = client_health(run, lags, metrics.itl.median_ms)
-    from llmload.metrics import deployment_from
-
     lines = [format_summary(metrics, backend_label=opts.backend, client_health=health,
-                            deployment=deployment_from(opts)),
+                            deployment=run.core.config.deployment),
              format_accounting(not_sent=acc["not_sent"], planned=acc["planned"],
                                workers=_workers(run) if run.role == "master" else None, lost=acc["lost"])]
     observed = getattr(run, "observed", None)
