@@ -70,6 +70,11 @@ def _server_and_timing(parser: argparse.ArgumentParser) -> None:
     timing.add_argument("--itl-ms", type=argtypes.non_negative, help="fixed-timing mode: gap between chunks")
     timing.add_argument("--tokens-per-chunk", type=argtypes.positive_int, default=1,
                         help="tokens per streamed chunk after the first (speculative decoding emits several)")
+    timing.add_argument("--degrade-after", type=argtypes.non_negative, metavar="SECONDS",
+                        help="a server that slows down: this long after the first request, every time (TTFT, ITL, "
+                             "engine step) becomes --degrade-factor times as long")
+    timing.add_argument("--degrade-factor", type=argtypes.positive, default=2.0, metavar="F",
+                        help="with --degrade-after: how much slower (default: %(default)s)")
     timing.add_argument("--prefill-ms-per-token", type=argtypes.non_negative, default=0.0, metavar="MS",
                         help="fixed-timing mode: add this to the TTFT for every prompt token not in the prefix "
                              "cache (default 0; profiles charge prefill per token themselves)")
@@ -165,6 +170,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         prefix_cache_tokens=args.prefix_cache_tokens, prefix_cache_block=args.prefix_cache_block,
         prefill_ms_per_token=args.prefill_ms_per_token, reasoning_tokens=args.reasoning_tokens,
         session_header=args.session_header.strip(), trace_prompts=args.trace_prompts,
+        degrade_after_s=args.degrade_after, degrade_factor=args.degrade_factor,
     )
 
 

@@ -62,6 +62,8 @@ class RunConfig:
     stop_timeout: float
     #: the GPUs behind the server (``--gpus``, ``--gpu-type``, ``--gpu-hour-cost``): per GPU and cost
     deployment: Deployment = field(default_factory=Deployment)
+    #: ``--slice-duration``: seconds per time slice of the result (None: no slices)
+    slice_duration: float | None = None
 
     @classmethod
     def from_options(cls, options: Any, *, live: bool = False) -> RunConfig:
@@ -93,7 +95,8 @@ class RunConfig:
                    conversation=check_conversation_options(options), think=think,
                    max_concurrency=getattr(options, "max_concurrency", None) or None,
                    stop_timeout=float(getattr(options, "stop_timeout", 0.0) or 0.0),
-                   deployment=deployment_from(options))
+                   deployment=deployment_from(options),
+                   slice_duration=float(getattr(options, "slice_duration", None) or 0.0) or None)
 
 
 @dataclass(frozen=True)
@@ -259,7 +262,7 @@ class Run:
         metrics = compute_metrics(records, max(outcome.duration, 1e-9), goodput_slos=config.goodput,
                                   selected_percentiles=config.percentiles, selected_metrics=config.metrics,
                                   ttft_rule=config.ttft_rule, schedule_lags_s=outcome.schedule_lags_s,
-                                  class_slos=class_slos)
+                                  class_slos=class_slos, slice_duration_s=config.slice_duration)
         return Measured(records, metrics)
 
 

@@ -10,6 +10,7 @@
     percentiles   the one percentile rule over raw values and over bucket counts
     histogram     LogHistogram, the mergeable histogram of the live paths
     peaks         vLLM's max_output_tokens_per_s and max_concurrent_requests
+    slices        time_slices: the same numbers per slice of a run (--slice-duration)
     cost          Deployment (--gpus, --gpu-type, --gpu-hour-cost): throughput per GPU, cost per million tokens
 
 Statistics: numpy mean, median, population std, ``np.percentile`` (linear); an empty list gives 0.
@@ -41,6 +42,7 @@ _EXPORTS = {
     "percentiles": ("linear_percentiles", "rank_bucket"),
     "result": ("BenchmarkMetrics", "Distribution", "METRIC_NAMES", "TTFT_RULES", "DETAILED_KEYS",
                "percentile_label"),
+    "slices": ("time_slices",),
     "slos": ("parse_goodput", "split_slos", "slos_for", "check_slos", "form_items"),
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -37,6 +37,7 @@ def compute_metrics(
     ttft_rule: str = "content",
     schedule_lags_s: Sequence[float] | None = None,
     late_send_threshold_ms: float = LATE_SEND_MS,
+    slice_duration_s: float | None = None,
 ) -> BenchmarkMetrics:
     """Every reported metric from raw records: :meth:`MetricsAccumulator.result` over them (formulas in
     :mod:`llmload.metrics.accumulator` and :mod:`llmload.metrics.definitions`).
@@ -47,12 +48,21 @@ def compute_metrics(
     defaults to the records' queue times (the same thing when no concurrency limit holds requests back).
     Records naming more than one ``model`` (``--model a,b``, ``--lora-modules``) add ``by_model``: each model's
     metrics over its own requests, over the same duration (as ``by_class`` for user classes).
+    ``slice_duration_s`` adds ``slices``: the same numbers per slice of the run (:mod:`llmload.metrics.slices`).
     """
     acc = MetricsAccumulator()
     acc.extend(records)
-    return acc.result(duration_s, goodput_slos=goodput_slos, class_slos=class_slos,
-                      selected_percentiles=selected_percentiles, selected_metrics=selected_metrics,
-                      ttft_rule=ttft_rule, schedule_lags_s=schedule_lags_s, late_send_threshold_ms=late_send_threshold_ms)
+    metrics = acc.result(duration_s, goodput_slos=goodput_slos, class_slos=class_slos,
+                         selected_percentiles=selected_percentiles, selected_metrics=selected_metrics,
+                         ttft_rule=ttft_rule, schedule_lags_s=schedule_lags_s,
+                         late_send_threshold_ms=late_send_threshold_ms)
+    if slice_duration_s and records:
+        from llmload.metrics.slices import time_slices
+
+        end = min(r.start for r in records) + duration_s
+        metrics.slice_duration = slice_duration_s
+        metrics.slices = time_slices(records, slice_duration_s, end=end, goodput_slos=goodput_slos)
+    return metrics
 
 
 def failure_counts(records: Sequence[RequestRecord]) -> tuple[dict[str, int], dict[str, str]]:

@@ -123,6 +123,9 @@ class BenchmarkMetrics:
     good_requests: int | None = None
     #: requests the client cancelled on purpose (``--cancel-rate``): neither completed nor failed
     cancelled: int = 0
+    #: ``--slice-duration``: the slices' length (s) and one dict per slice (:mod:`llmload.metrics.slices`)
+    slice_duration: float | None = None
+    slices: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def sent(self) -> int:
@@ -166,6 +169,9 @@ class BenchmarkMetrics:
             result["by_class"] = {c: m.class_result_dict() for c, m in self.by_class.items()}
         if self.by_model:
             result["by_model"] = {name: m.class_result_dict() for name, m in self.by_model.items()}
+        if self.slice_duration:
+            result["slice_duration"] = self.slice_duration
+            result["slices"] = self.slices
         return result
 
     def _own_keys(self) -> dict[str, Any]:

@@ -211,6 +211,10 @@ _METRICS = (
     Option(("--ttft-rule",), "ttft_rule", BOTH, "metrics",
            "content: first event with text (default); vllm: first event with choices", default="content",
            choices=TTFT_RULES),
+    Option(("--slice-duration",), "slice_duration", BOTH, "metrics",
+           "also report TTFT, ITL, TPOT, E2E, throughput and goodput per slice of this many seconds of the run "
+           "(result JSON 'slices', the report's figure over the run)", type=argtypes.positive_seconds,
+           metavar="SECONDS"),
     Option(("--gpus",), "gpus", BOTH, "metrics",
            "GPUs the server runs on: throughput is also reported per GPU (default: %(default)s)",
            type=argtypes.positive_int, default=1),

@@ -3,7 +3,8 @@
 Every function takes the runs' :class:`RunStats` and returns a ``matplotlib.figure.Figure``; :func:`render_all`
 saves them and says which were skipped and why (vLLM-format runs carry no send or arrival times, so the
 figures over time show only the runs that do). A run with turns adds "TTFT and cached fraction by turn index"
-(:mod:`llmload.report.turns`); a run with the server's scraped metrics adds "Server and client over time"
+(:mod:`llmload.report.turns`); a run measured with ``--slice-duration`` adds "Latency and throughput per time
+slice" (:mod:`llmload.report.slices`); a run with the server's scraped metrics adds "Server and client over time"
 (:mod:`llmload.report.server_figures`). matplotlib is imported here only, when a report is made.
 """
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from llmload.report.plotting import Figure, colour, pyplot, save
 from llmload.report.server_figures import render_server
+from llmload.report.slices import SLICES_FIGURE, any_slices, fig_slices, write_slices_json
 from llmload.report.stats import RunStats
 from llmload.report.turns import TURNS_FIGURE, any_turns, fig_turns
 
@@ -250,8 +252,11 @@ def render_all(stats: list[RunStats], out_dir: Path, dpi: int = 100,
     figures: list[Figure] = []
     notes: list[str] = []
     untimed = [s.run.label for s in stats if not s.run.has_timestamps]
-    makers = {**_MAKERS, TURNS_FIGURE[0]: fig_turns}
-    for name, title in (*FIGURES, TURNS_FIGURE) if any_turns(stats) else FIGURES:
+    makers = {**_MAKERS, TURNS_FIGURE[0]: fig_turns, SLICES_FIGURE[0]: fig_slices}
+    wanted = (*FIGURES, *([TURNS_FIGURE] if any_turns(stats) else []), *([SLICES_FIGURE] if any_slices(stats) else []))
+    if any_slices(stats):
+        write_slices_json(stats, out_dir / f"{prefix}slices.json")
+    for name, title in wanted:
         if name in _TIMED:
             if not _timed(stats):
                 notes.append(f"{title}: skipped, no run has per-request send and arrival times "

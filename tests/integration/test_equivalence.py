@@ -7,6 +7,7 @@ counts and keys (``--save-result``, ``--llm-result``), and the open loop of
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from statistics import median
 
@@ -22,7 +23,7 @@ OUTPUT_LEN = 20
 #: sim: 20 ms to the first token, then one every 10 ms, no jitter
 SIM = ("--ttft-ms", "20", "--itl-ms", "10")
 WORKLOAD = ("--num-prompts", str(PROMPTS), "--seed", str(SEED), "--tokenizer", "builtin",
-            "--sharegpt-output-len", str(OUTPUT_LEN), "--ignore-eos")
+            "--sharegpt-output-len", str(OUTPUT_LEN), "--ignore-eos", "--slice-duration", "1")
 #: how far a way in's median TTFT and ITL may be from what the server sent: half the simulator's ITL
 MEDIAN_MARGIN_S = 0.005
 #: four ways in
@@ -61,6 +62,12 @@ def check_results(results: dict[str, dict]) -> None:
         assert counts == {"completed": PROMPTS, "failed": 0, "cut_off": 0, "not_sent": 0, "num_prompts": PROMPTS}, \
             (mode, counts)
         assert result["total_output_tokens"] == PROMPTS * OUTPUT_LEN, mode
+        # --slice-duration 1: every way in cuts its run into one-second slices that hold every request once
+        slices = result["slices"]
+        assert result["slice_duration"] == 1.0 and len(slices) == math.ceil(result["duration"] - 1e-9), mode
+        assert sum(s["requests"] for s in slices) == PROMPTS, mode
+        assert sum(s["output_throughput"] * (s["end_s"] - s["start_s"]) for s in slices) == pytest.approx(
+            PROMPTS * OUTPUT_LEN), mode
     keys = {mode: set(result) for mode, result in results.items()}
     assert keys["locust"] == keys["bench"], (keys["locust"] ^ keys["bench"])
     assert keys["locust-processes2"] == keys["bench-processes2"], (keys["locust-processes2"] ^ keys["bench-processes2"])

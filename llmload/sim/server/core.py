@@ -69,6 +69,8 @@ class SimServer(Streaming, HttpFront, Observing, Connections):
         self._timer_seq = self.loop._seq
         self._lateness = self.loop.lateness
         self._itl_s = (config.itl_ms or 0.0) / 1000.0
+        #: when this process received its first request (--degrade-after counts from it)
+        self.first_request_at: float | None = None
         self._session_header = config.session_header.strip().lower()  # request headers are lower-cased
         sock.setblocking(False)
         self.loop.register(sock.fileno(), select.EPOLLIN, self._on_accept)

@@ -67,6 +67,15 @@ class Streaming:
     _finished: Callable[[Job, str], None]
     _fixed_running: int
     metrics: WorkerStats
+    first_request_at: float | None
+
+    def _slowness(self, now: float) -> float:
+        """How many times as long every time is now (``--degrade-after``: 1 until then)."""
+        after = self.config.degrade_after_s
+        first = self.first_request_at
+        if after is None or first is None or now - first < after:
+            return 1.0
+        return self.config.degrade_factor
 
     # -- starting ----------------------------------------------------------------------------------------
 
@@ -78,6 +87,8 @@ class Streaming:
             self._respond(conn, err.status, err.body)
             return
         self.requests += 1
+        if self.first_request_at is None:
+            self.first_request_at = received
         prefix = {"chat": "chatcmpl", "responses": "resp", "messages": "msg"}.get(kind, "cmpl")
         request_id = f"{prefix}-{self._id_prefix}-{next(self._ids)}"
         wire = make_wire(req, self.config.dialect, request_id, int(self.wall_offset + received))
@@ -149,6 +160,7 @@ class Streaming:
                 req.cached_tokens = cache.lookup(req.block_hashes, req.prompt_tokens)
                 cache.end_batch()
             ttft = ((cfg.ttft_ms or 0.0) + cfg.prefill_ms_per_token * (req.prompt_tokens - req.cached_tokens)) / 1000.0
+            ttft *= self._slowness(now)
             self.loop.call_at(job.received + job.lora_load + ttft, self._fixed_tick, job)
             self._fixed_running += 1
             self._publish()
@@ -186,7 +198,7 @@ class Streaming:
         n = 1 if job.generated == 0 else min(self.config.tokens_per_chunk, req.output_tokens - job.generated)
         self.metrics.add_generated(n)
         if self._emit(job, n, now):
-            nxt = deadline + self._itl_s
+            nxt = deadline + self._itl_s * self._slowness(deadline)
             if job.stalled_until > nxt:
                 nxt = job.stalled_until
             heappush(self._timers, (nxt, next(self._timer_seq), self._fixed_tick, job))
@@ -194,7 +206,7 @@ class Streaming:
     def _begin_step(self, now: float) -> None:
         engine = self.engine
         assert engine is not None
-        duration = engine.plan_step(now)
+        duration = engine.plan_step(now) * self._slowness(now)
         if duration <= 0.0:
             if engine.idle:
                 self._step_deadline = None
