@@ -11,13 +11,18 @@ examples:
   llmload sweep --auto 5                                       # the ceiling at unlimited rate, then 5 rates below
   llmload sweep --slo ttft:500,tpot:50 --goodput-target 0.95  # the highest rate meeting the SLO, to 10%
   llmload sweep --slo ttft:500 --search-over concurrency --precision 2 --processes 2
+  llmload sweep --serve-cmd 'vllm serve Qwen/Qwen3-8B --max-num-seqs {max_num_seqs}' \
+      --serve-params max_num_seqs=64,128,256 --base-url http://127.0.0.1:8000 --slo ttft:500 --gpus 1
+                                                               # one SLO search per server setting
 
 outputs (in --output DIR): sweep.json, point-NN-rate-R.json + .records.jsonl per point,
 sweep_latency.png, sweep_throughput.png. 'llmload report DIR' renders it; 'llmload compare A B' overlays sweeps.
+With --serve-cmd: settings.json and one setting-NN-.../ folder per setting (its sweep, server.log).
 
 exit codes:
   0  the sweep completed (with --slo: some load met it)
-  1  runtime failure (server unreachable, initial test failed, nothing completed)
+  1  runtime failure (server unreachable, initial test failed, nothing completed; with --serve-cmd: a
+     setting's server exited at start-up or never answered, or its sweep failed: the settings before it are kept)
   2  bad usage or input, found before the first request
   3  --slo given and no load tried met it (sweep.json says which were tried)
   130 / 143  interrupted by SIGINT / SIGTERM (sweep.json keeps the points that finished)
@@ -45,7 +50,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             action.help = action.help.replace("%(default)s", defaults[action.dest][1])
 
 
+def parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The flags, and the command line itself: a settings sweep hands it to each setting's sweep."""
+    args = parser.parse_args(argv)
+    args.command_argv = list(argv)
+    return args
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.serve_cmd or args.serve_params or args.trials > 1 or args.resume:
+        from llmload.sweep.settings import run_settings
+
+        return run_settings(args)  # no Locust here: each setting's sweep is a process of its own
     from llmload.sweep.runner import run_sweep
 
     return run_sweep(args, write_figures=_write_figures)

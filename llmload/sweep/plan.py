@@ -94,6 +94,21 @@ def add_sweep_arguments(parser: argparse.ArgumentParser) -> None:
                        help="directory for sweep.json, each point's result JSON and records, and the figures "
                             "(default: %(default)s)")
     group.add_argument("--no-figures", action="store_true", help="write sweep.json and the points only")
+    serve = parser.add_argument_group("server settings (docs/sweep.md, 'Server settings')")
+    serve.add_argument("--serve-cmd", metavar="CMD",
+                       help="start the server with this command for every setting, e.g. 'vllm serve M "
+                            "--max-num-seqs {max_num_seqs}' ({name}: a --serve-params value); needs --base-url")
+    serve.add_argument("--serve-params", nargs="+", metavar="NAME=V1,V2",
+                       help="the settings: every combination of these values, e.g. max_num_seqs=64,128,256")
+    serve.add_argument("--serve-ready-timeout", type=argtypes.positive_seconds, default=600.0, metavar="SECONDS",
+                       help="how long a server may take to answer /health or /v1/models (default: %(default)s)")
+    serve.add_argument("--serve-stop-timeout", type=argtypes.positive_seconds, default=30.0, metavar="SECONDS",
+                       help="after SIGTERM, seconds before the server's process group is killed (default: "
+                            "%(default)s)")
+    serve.add_argument("--trials", type=argtypes.positive_int, default=1, metavar="N",
+                       help="run each setting's sweep N times and report the spread (default: %(default)s)")
+    serve.add_argument("--resume", action="store_true",
+                       help="skip the settings and trials already finished in --output")
 
 
 #: bench flags a sweep sets itself, or that a series of points cannot honour

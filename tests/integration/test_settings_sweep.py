@@ -1,0 +1,125 @@
+"""Sweeps over server settings (``llmload sweep --serve-cmd ... --serve-params``) with ``llmload sim`` as the
+server: one server per setting, started, waited for and stopped (no process left, checked by PID), each
+setting's points and server log kept; the smaller batch's answer is the lower one; a server that exits at
+start-up or never answers is a one-line error naming the setting (exit 1) that keeps the settings before it;
+and ``--resume`` after a SIGINT runs only what is missing."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from support import end_process, free_port, llmload_command, offline_env
+
+pytestmark = pytest.mark.slow
+
+SIM = f"{sys.executable} -m llmload.cli sim --profile tiny --port {{port}} --max-num-seqs {{max_num_seqs}}"
+#: 64-token answers of the tiny profile take ~130 ms each: one at a time, 16 req/s queues; eight at a time do not
+LOADS = ("--tokenizer", "builtin", "--num-prompts", "12", "--seed", "5", "--sharegpt-output-len", "64",
+         "--ignore-eos", "--no-initial-test", "--no-figures", "--request-rates", "4,16", "--slo", "ttft:300",
+         "--goodput-target", "0.8")
+
+
+def settings_argv(port: int, out: Path, params: str, *extra: str) -> list[str]:
+    return [*llmload_command(), "sweep", "--serve-cmd", SIM.replace("{port}", str(port)), "--serve-params",
+            params, "--base-url", f"http://127.0.0.1:{port}", *LOADS, "--output", str(out), *extra]
+
+
+def run(argv: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=offline_env(),
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        end_process(proc)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_two_settings_two_servers_and_their_answers(tmp_path: Path) -> None:
+    out = tmp_path / "settings"
+    done = run(settings_argv(free_port(), out, "max_num_seqs=1,8"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads((out / "settings.json").read_text())
+    assert data["finished"] and [s["params"] for s in data["settings"]] == [{"max_num_seqs": "1"},
+                                                                            {"max_num_seqs": "8"}]
+    answers = []
+    for entry in data["settings"]:
+        folder = out / entry["dir"]
+        assert entry["status"] == "finished" and gone(entry["server_pid"]), entry
+        assert (folder / "server.log").stat().st_size > 0 and len(list(folder.glob("point-*.json"))) == 2
+        sweep = json.loads((folder / "sweep.json").read_text())
+        assert sweep["label"] == entry["label"] and sweep["answer"]["met"], sweep["answer"]
+        answers.append(sweep["answer"]["value"])
+    # one request at a time cannot hold TTFT <= 300 ms at 16 req/s; eight at a time can
+    assert answers == [4.0, 16.0], answers
+    assert "Settings Result" in done.stdout and "max_num_seqs=8" in done.stdout
+
+
+def test_a_server_that_fails_is_one_line_and_keeps_the_settings_before(tmp_path: Path) -> None:
+    out = tmp_path / "failing"
+    # max_num_seqs=0 is refused by llmload sim at start-up (exit 2): the second setting never comes up
+    done = run(settings_argv(free_port(), out, "max_num_seqs=8,0"))
+    assert done.returncode == 1, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "setting 2 (max_num_seqs=0)" in errors[0] and "exited with code 2" in errors[0]
+    assert "Traceback" not in done.stderr
+    data = json.loads((out / "settings.json").read_text())
+    assert [e["status"] for e in data["settings"]] == ["finished", "server failed"] and not data["finished"]
+    assert (out / data["settings"][0]["dir"] / "sweep.json").exists()
+    # a server that never answers: the ready timeout, then its whole process group is stopped
+    never = [*llmload_command(), "sweep", "--serve-cmd", f"{sys.executable} -c 'import time; time.sleep(120)'",
+             "--base-url", f"http://127.0.0.1:{free_port()}", "--serve-ready-timeout", "2", *LOADS,
+             "--output", str(tmp_path / "never")]
+    done = run(never)
+    assert done.returncode == 1 and "did not answer /health or /v1/models" in done.stderr, done.stderr[-2000:]
+    entry = json.loads((tmp_path / "never" / "settings.json").read_text())["settings"][0]
+    assert entry["status"] == "server failed" and gone(entry["server_pid"])
+    # usage errors come before any server starts (exit 2)
+    bad = run([*llmload_command(), "sweep", "--serve-cmd", "x --n {n}", "--serve-params", "m=1", "--base-url",
+               "http://127.0.0.1:9", *LOADS, "--output", str(tmp_path / "bad")])
+    assert bad.returncode == 2 and "--serve-cmd uses {n}" in bad.stderr and not (tmp_path / "bad").exists()
+
+
+def test_resume_after_sigint_runs_only_what_is_missing(tmp_path: Path) -> None:
+    out = tmp_path / "resumed"
+    port = free_port()
+    argv = settings_argv(port, out, "max_num_seqs=4,8")
+    log = tmp_path / "first.log"
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=offline_env(),
+                                start_new_session=True)
+    try:
+        second = out / "setting-02-max_num_seqs=8"
+        deadline = time.monotonic() + 180
+        while not (second / "point-01-rate-4.json").exists():  # the first setting is done, the second runs
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=60)
+    finally:
+        end_process(proc)
+    assert code == 130, log.read_text()[-3000:]
+    data = json.loads((out / "settings.json").read_text())
+    assert [e["status"] for e in data["settings"]] == ["finished", "interrupted"]
+    assert all(gone(e["server_pid"]) for e in data["settings"])
+    done = run([*argv, "--resume"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Setting 1/2 (max_num_seqs=4): finished before, skipped (--resume)" in done.stderr
+    assert done.stderr.count("starting the server") == 1
+    data = json.loads((out / "settings.json").read_text())
+    assert [e["status"] for e in data["settings"]] == ["finished", "finished"]
+    assert json.loads((second / "sweep.json").read_text())["finished"]
