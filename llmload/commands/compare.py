@@ -74,5 +74,5 @@ def _sweeps(args: argparse.Namespace, files: list, labels: list[str] | None) -> 
                       baseline=args.baseline, dpi=args.dpi, paths=args.runs)
     print(out.terminal_text())
     print(f"\nWrote {out.files[0]} (self-contained), {out.files[1].name}, {out.files[2].name} "
-          f"and {len(out.files) - 4} figures in {out.files[0].parent}")
+          f"and {sum(f.suffix == '.png' for f in out.files)} figures in {out.files[0].parent}")
     return 0

@@ -66,16 +66,59 @@ def sweep_file(path: str | Path) -> Path | None:
         return None
 
 
+def settings_sweeps(path: str | Path) -> list[Path] | None:
+    """The sweeps of a settings sweep (``llmload sweep --serve-cmd``: a folder with ``settings.json``), every
+    setting's every trial that has a ``sweep.json``, in grid order; None when PATH is not one."""
+    import orjson
+
+    from llmload.sweep.settings import SETTINGS_FILE, is_settings, trial_dir
+
+    folder = Path(path)
+    if folder.is_file() and folder.name == SETTINGS_FILE:
+        folder = folder.parent
+    try:
+        data = orjson.loads((folder / SETTINGS_FILE).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    if not is_settings(data):
+        return None
+    found = []
+    for entry in data.get("settings") or []:
+        base = folder / str(entry.get("dir", "."))
+        for trial in entry.get("trials") or []:
+            sweep = trial_dir(base, int(trial.get("trial", 1)), int(data.get("trials") or 1)) / "sweep.json"
+            if sweep.is_file():
+                found.append(sweep)
+    if not found:
+        raise DatasetError(f"{folder}: the settings sweep has no finished setting yet; nothing to report")
+    return found
+
+
 def sweep_paths(paths: Sequence[str]) -> list[Path] | None:
-    """The sweeps' files when every PATH is a sweep, None when none is; :class:`ConfigError` when mixed."""
-    found = [sweep_file(p) for p in paths]
+    """The sweeps' files when every PATH is a sweep or a settings sweep (its sweeps, each), None when none is;
+    :class:`ConfigError` when mixed."""
+    found: list[list[Path] | None] = []
+    for p in paths:
+        many = settings_sweeps(p)
+        one = sweep_file(p) if many is None else None
+        found.append(many if many is not None else ([one] if one is not None else None))
     if all(f is None for f in found):
         return None
     if any(f is None for f in found):
         sweeps = ", ".join(p for p, f in zip(paths, found, strict=True) if f is not None)
         runs = ", ".join(p for p, f in zip(paths, found, strict=True) if f is None)
         raise ConfigError(f"cannot mix sweeps ({sweeps}) and runs ({runs}): give only sweeps or only runs")
-    return [f for f in found if f is not None]
+    return [f for group in found if group is not None for f in group]
+
+
+def sweep_group(path: Path) -> str:
+    """The front a sweep's points join on the Pareto chart: its settings sweep's folder, else its own."""
+    from llmload.sweep.settings import SETTINGS_FILE
+
+    for folder in (path.parent.parent, path.parent.parent.parent):
+        if (folder / SETTINGS_FILE).is_file():
+            return folder.name or str(folder)
+    return path.parent.name if path.name == "sweep.json" and path.parent.name else path.stem
 
 
 def _label(data: dict[str, Any], path: Path) -> str:
@@ -174,16 +217,24 @@ def build_sweep(files: Sequence[Path], out_dir: str | Path, *, name: str, title:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DatasetError(f"--output {out}: cannot create the directory ({exc.strerror})") from None
-    pngs = write_sweep_figures([(s.label, s.data) for s in sweeps], out, dpi=dpi)
+    from llmload.report.pareto import PARETO_FILE, write_pareto
+
+    pairs = [(s.label, s.data) for s in sweeps]
+    pngs = write_sweep_figures(pairs, out, dpi=dpi)
+    pareto = write_pareto(pairs, [sweep_group(s.path) for s in sweeps], out, dpi=dpi)
+    pngs += pareto
     files_out = [out / f"{name}.html", out / f"{name}.md", out / f"{name}.csv"]
     files_out[0].write_text(render_sweep_html(title, sweeps, base, pngs, notes), encoding="utf-8")
     files_out[1].write_text(render_sweep_markdown(title, sweeps, base, pngs, notes), encoding="utf-8")
     files_out[2].write_text(points_csv([(s.label, s.data) for s in sweeps]), encoding="utf-8")
-    return SweepOutputs(sweeps, base, notes, [*files_out, *pngs, out / SERIES_FILE])
+    return SweepOutputs(sweeps, base, notes, [*files_out, *pngs, out / SERIES_FILE,
+                                              *([out / PARETO_FILE] if pareto else [])])
 
 
 def _titles() -> dict[str, str]:
-    return dict(SWEEP_FIGURES)
+    from llmload.report.pareto import PARETO_FIGURE
+
+    return dict((*SWEEP_FIGURES, PARETO_FIGURE))
 
 
 def _simulated_line(sweeps: list[Sweep]) -> str:

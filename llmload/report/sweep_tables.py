@@ -38,7 +38,9 @@ _MISSED = {
 _COLUMNS = (("achieved (req/s)", "achieved_rate"), ("output (tok/s)", "output_throughput"),
             ("TTFT median (ms)", "ttft_median_ms"), ("TTFT p99 (ms)", "ttft_p99_ms"),
             ("TPOT median (ms)", "tpot_median_ms"), ("TPOT p99 (ms)", "tpot_p99_ms"),
-            ("ITL p99 (ms)", "itl_p99_ms"), ("E2E median (ms)", "e2el_median_ms"))
+            ("ITL p99 (ms)", "itl_p99_ms"), ("E2E median (ms)", "e2el_median_ms"),
+            ("per GPU (tok/s)", "output_throughput_per_gpu"), ("per user (tok/s)", "output_throughput_per_user"),
+            ("$ per 1M output", "cost_per_million_output_tokens"))
 
 Cells = tuple[list[str], list[list[str]]]
 
@@ -176,6 +178,8 @@ def _values(row: Mapping[str, Any]) -> dict[str, float | None]:
     for metric, stat in (("ttft", "median"), ("ttft", "p99"), ("tpot", "median"), ("tpot", "p99"),
                          ("itl", "p99"), ("e2el", "median")):
         out[f"{metric}_{stat}_ms"] = latency(row, metric, stat)
+    for key in ("output_throughput_per_gpu", "output_throughput_per_user", "cost_per_million_output_tokens"):
+        out[key] = number(row.get(key))  # sweeps since --gpus (issue 24); older ones show "-"
     return out
 
 
@@ -201,7 +205,7 @@ def point_table(data: Mapping[str, Any]) -> Cells:
 def answers_table(sweeps: Sequence[tuple[str, Mapping[str, Any]]], baseline: int) -> Cells:
     """One row per sweep: its answer, met, bracket, precision, what limited it, vs the baseline's answer."""
     header = ["sweep", "answer", "vs baseline", "met", "met at", "missed at", "precision", "limited by", "SLO",
-              "points"]
+              "points", "$ per 1M output there"]
     base = sweeps[baseline][1].get("answer") or {}
     base_value = number(base.get("value")) if base.get("met") else None
     body = []
@@ -213,7 +217,8 @@ def answers_table(sweeps: Sequence[tuple[str, Mapping[str, Any]]], baseline: int
                      "-" if value is None else load_text(value, dimension(data)), diff,
                      "-" if not answer else ("yes" if answer.get("met") else "no"), fmt(answer.get("lower")),
                      fmt(answer.get("upper")), _precision(data) or "-",
-                     str(answer.get("limited_by") or "-"), slo_text(data) or "none", str(len(rows_of(data)))])
+                     str(answer.get("limited_by") or "-"), slo_text(data) or "none", str(len(rows_of(data))),
+                     fmt(answer.get("cost_per_million_output_tokens") if answer.get("met") else None)])
     return header, body
 
 

@@ -51,7 +51,7 @@ def gone(pid: int) -> bool:
 
 def test_two_settings_two_servers_and_their_answers(tmp_path: Path) -> None:
     out = tmp_path / "settings"
-    done = run(settings_argv(free_port(), out, "max_num_seqs=1,8"))
+    done = run(settings_argv(free_port(), out, "max_num_seqs=1,8", "--gpus", "2", "--gpu-hour-cost", "2.0"))
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads((out / "settings.json").read_text())
     assert data["finished"] and [s["params"] for s in data["settings"]] == [{"max_num_seqs": "1"},
@@ -64,9 +64,22 @@ def test_two_settings_two_servers_and_their_answers(tmp_path: Path) -> None:
         sweep = json.loads((folder / "sweep.json").read_text())
         assert sweep["label"] == entry["label"] and sweep["answer"]["met"], sweep["answer"]
         answers.append(sweep["answer"]["value"])
+        for row in sweep["points"]:  # two GPUs at $2 an hour
+            assert row["output_throughput_per_gpu"] == pytest.approx(row["output_throughput"] / 2)
+            assert row["cost_per_million_output_tokens"] == pytest.approx(
+                2 * 2.0 / (row["output_throughput"] * 3600) * 1e6)
+        assert sweep["answer"]["cost_per_million_output_tokens"] is not None
     # one request at a time cannot hold TTFT <= 300 ms at 16 req/s; eight at a time can
     assert answers == [4.0, 16.0], answers
     assert "Settings Result" in done.stdout and "max_num_seqs=8" in done.stdout
+    # the report of the settings sweep: both settings' sweeps overlaid, and one Pareto front over their points
+    report = run([*llmload_command(), "report", str(out), "--output", str(tmp_path / "report")])
+    assert report.returncode == 0, report.stderr[-2000:]
+    pareto = json.loads((tmp_path / "report" / "pareto.json").read_text())
+    (group,) = pareto["groups"]
+    assert {p["sweep"] for p in group["points"]} == {"max_num_seqs=1", "max_num_seqs=8"}
+    assert len(group["points"]) == 4 and any(p["on_front"] for p in group["points"])
+    assert (tmp_path / "report" / "sweep_pareto.png").stat().st_size > 1000
 
 
 def test_a_server_that_fails_is_one_line_and_keeps_the_settings_before(tmp_path: Path) -> None:

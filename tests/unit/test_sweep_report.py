@@ -145,7 +145,10 @@ def test_report_on_a_sweep(tmp_path, capsys):
         _check_png(out / name)
     page = html.unescape((out / "sweep.html").read_text())
     assert answer in page and "vllm" in page and "SIMULATED" in page
-    assert page.count("data:image/png;base64,") == 2 and "http://" not in page.replace("http://gpu", "")
+    # the latency and throughput figures, and the Pareto front (its points have TPOT and throughput)
+    assert page.count("data:image/png;base64,") == 3 and "http://" not in page.replace("http://gpu", "")
+    _check_png(out / "sweep_pareto.png")
+    assert (out / "pareto.json").is_file()
     md = (out / "sweep.md").read_text()
     assert answer in md and "| # | role | offered (req/s) |" in md and "ceiling: unlimited rate" in md
     assert "answer: highest load that met" in md and "lowest load that missed" in md
