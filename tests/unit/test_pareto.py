@@ -6,6 +6,7 @@ on it, and per-GPU numbers divide by ``--gpus``."""
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 from statistics import median
 
 import pytest
@@ -51,7 +52,7 @@ def test_the_front_is_exactly_the_non_dominated_points() -> None:
     assert on == sort_front(xy) == set(pareto_front(xy))
     # the front trades one for the other: more tokens per GPU only at fewer tokens per user
     front = sorted((pts[i] for i in on), key=lambda p: p["x"])
-    assert len(front) >= 3 and all(a["y"] >= b["y"] for a, b in zip(front, front[1:], strict=False))
+    assert len(front) >= 3 and all(a["y"] >= b["y"] for a, b in pairwise(front))
     for i in set(range(len(pts))) - on:  # and every point off it is beaten by one on it
         assert any(pts[j]["x"] >= pts[i]["x"] and pts[j]["y"] >= pts[i]["y"] for j in on)
 
