@@ -79,14 +79,26 @@ def fig_pareto(plt, sweeps: Sequence[tuple[str, Mapping[str, Any]]], groups_data
     fig, ax = plt.subplots(figsize=(11, 6.5))
     one_group = len(groups_data) == 1
     labels = [label for label, _ in sweeps]
+    xs = [p["x"] for e in groups_data for p in e["points"]]
+    ys = [p["y"] for e in groups_data for p in e["points"]]
     for g, entry in enumerate(groups_data):
         pts = entry["points"]
+        spots: list[tuple[float, float, list[str]]] = []  # points close together share one label
         for p in pts:
             c = colour(labels.index(p["sweep"]) if one_group else g)
             ax.scatter([p["x"]], [p["y"]], s=36, color="none" if p["client_limited"] else c, edgecolors=c,
                        zorder=3)
-            ax.annotate(f"{p['sweep']} @ {_load_text(p)}" if one_group else _load_text(p), (p["x"], p["y"]),
-                        textcoords="offset points", xytext=(4, 4), fontsize=7, color=c)
+            name = f"{p['sweep']} @ {_load_text(p)}"
+            near = next((spot for spot in spots if abs(spot[0] - p["x"]) <= 0.04 * max(xs)
+                         and abs(spot[1] - p["y"]) <= 0.04 * max(ys)), None)
+            if near is None:
+                spots.append((p["x"], p["y"], [name]))
+            else:
+                near[2].append(name)
+        for x, y, names in spots:
+            text = "\n".join(names[:3]) + (f"\n(+{len(names) - 3} more)" if len(names) > 3 else "")
+            ax.annotate(text, (x, y), textcoords="offset points", xytext=(5, 3), fontsize=6.5,
+                        color="#333333" if one_group else colour(g), va="bottom")
         front = sorted((p for p in pts if p["on_front"]), key=lambda p: p["x"])
         c = "#222222" if one_group else colour(g)
         ax.plot([p["x"] for p in front], [p["y"] for p in front], "-", color=c, linewidth=1.6, alpha=0.8,
@@ -96,8 +108,6 @@ def fig_pareto(plt, sweeps: Sequence[tuple[str, Mapping[str, Any]]], groups_data
             ax.scatter([], [], color=colour(i), label=label)
     ax.scatter([], [], color="none", edgecolors="#888888", label="client-limited (not on a front)")
     ax.set(xlabel=X_LABEL, ylabel=Y_LABEL)
-    xs = [p["x"] for e in groups_data for p in e["points"]]
-    ys = [p["y"] for e in groups_data for p in e["points"]]
     ax.set_xlim(0, max(xs) * 1.18)  # room for the labels
     ax.set_ylim(0, max(ys) * 1.12)
     ax.grid(alpha=0.25)

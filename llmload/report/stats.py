@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from llmload.client.records import RequestRecord
+from llmload.errors import LLMLoadError
 from llmload.metrics import (
     METRICS,
     SENT,
     BenchmarkMetrics,
+    Deployment,
     compute_metrics,
     input_tokens,
     is_completed,
@@ -40,6 +42,16 @@ class RunStats:
     @cached_property
     def done(self) -> list[RequestRecord]:
         return [r for r in self.run.records if is_completed(r)]
+
+    @cached_property
+    def deployment(self) -> Deployment:
+        """The GPUs the run says it ran on (``gpus``, ``gpu_type``, ``gpu_hour_cost`` of its result JSON)."""
+        summary = self.run.summary
+        try:
+            return Deployment(int(summary.get("gpus") or 1), summary.get("gpu_type") or None,
+                              None if summary.get("gpu_hour_cost") is None else float(summary["gpu_hour_cost"]))
+        except (TypeError, ValueError, LLMLoadError):
+            return Deployment()
 
     @cached_property
     def metrics(self) -> BenchmarkMetrics:

@@ -79,6 +79,16 @@ def build_table(stats: list[RunStats], baseline: int = 0) -> Table:
     goodput = [s.goodput_value() for s in stats]
     if any(g is not None for g in goodput):
         add("request_goodput", "Goodput", "req/s", goodput, "higher")
+    deployments = [s.deployment for s in stats]
+    if any(d.described for d in deployments):
+        add("output_throughput_per_gpu", "Output token throughput per GPU", "tok/s",
+            [d.per_gpu(m.output_throughput) for d, m in zip(deployments, ms, strict=True)], "higher")
+    if any(d.gpu_hour_cost is not None for d in deployments):
+        for key, label, attr in (("cost_per_million_output_tokens", "Cost per 1M output tokens", "output_throughput"),
+                                 ("cost_per_million_total_tokens", "Cost per 1M total tokens",
+                                  "total_token_throughput")):
+            add(key, label, "USD", [d.cost_per_million(getattr(m, attr)) for d, m in zip(deployments, ms, strict=True)],
+                "lower")
     add("failed", "Failed requests", "", [m.failed for m in ms], "lower", True)
     if any(m.cut_off for m in ms):
         add("cut_off", "Cut off by end of run", "", [m.cut_off for m in ms], "lower", True)

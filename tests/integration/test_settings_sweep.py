@@ -136,3 +136,21 @@ def test_resume_after_sigint_runs_only_what_is_missing(tmp_path: Path) -> None:
     data = json.loads((out / "settings.json").read_text())
     assert [e["status"] for e in data["settings"]] == ["finished", "finished"]
     assert json.loads((second / "sweep.json").read_text())["finished"]
+
+
+def test_trials_repeat_a_sweep_and_report_the_spread(start_sim, tmp_path: Path) -> None:
+    sim = start_sim("--ttft-ms", "10", "--itl-ms", "2")
+    out = tmp_path / "trials"
+    done = run([*llmload_command(), "sweep", "--base-url", sim.url, "--tokenizer", "builtin", "--num-prompts", "8",
+                "--sharegpt-output-len", "8", "--ignore-eos", "--request-rates", "10,20", "--slo", "ttft:5000",
+                "--trials", "2", "--no-figures", "--output", str(out)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    (entry,) = json.loads((out / "settings.json").read_text())["settings"]
+    assert [t["dir"] for t in entry["trials"]] == ["trial-1", "trial-2"] and all(t["finished"] for t in entry["trials"])
+    assert entry["spread"]["answer"] == {"met": True, "n": 2, "mean": 20.0, "min": 20.0, "max": 20.0}
+    points = {p["request_rate"]: p for p in entry["spread"]["points"]}
+    assert sorted(points) == [10.0, 20.0] and all(p["trials"] == 2 for p in points.values())
+    for rate, p in points.items():  # the spread is the two trials' own numbers
+        values = [json.loads((out / f"trial-{k}" / "sweep.json").read_text()) for k in (1, 2)]
+        throughputs = [r["output_throughput"] for v in values for r in v["points"] if r["request_rate"] == rate]
+        assert (p["output_throughput"]["min"], p["output_throughput"]["max"]) == (min(throughputs), max(throughputs))

@@ -4,6 +4,7 @@ long two seconds into the run, and ``llmload bench --slice-duration 1`` shows it
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
@@ -16,7 +17,8 @@ def test_a_slowdown_shows_in_the_later_slices(child_runner, start_sim, tmp_path)
     sim = start_sim("--ttft-ms", "20", "--itl-ms", "2", "--degrade-after", "2", "--degrade-factor", "10")
     run = child_runner.bench("--base-url", sim.url, "--tokenizer", "builtin", "--num-prompts", "50",
                              "--request-rate", "10", "--seed", "4", "--sharegpt-output-len", "6", "--ignore-eos",
-                             "--no-initial-test", "--slice-duration", "1", "--save-result", "--disable-tqdm",
+                             "--no-initial-test", "--slice-duration", "1", "--gpus", "2", "--gpu-hour-cost", "1.5",
+                             "--save-result", "--disable-tqdm",
                              "--result-dir", str(tmp_path / "run"), timeout=180)
     assert run.returncode == 0, run.describe()
     result = run.result()
@@ -30,6 +32,10 @@ def test_a_slowdown_shows_in_the_later_slices(child_runner, start_sim, tmp_path)
                                str(tmp_path / "report")], timeout=180)
     assert report.returncode == 0, report.describe()
     assert (tmp_path / "report" / "slices.png").exists()
+    # the report's table prices the run as its result JSON does (recomputed from the records)
+    rows = {r[1]: r for r in csv.reader((tmp_path / "report" / "report.csv").read_text().splitlines())}
+    assert float(rows["cost_per_million_output_tokens"][3]) == pytest.approx(result["cost_per_million_output_tokens"])
+    assert float(rows["output_throughput_per_gpu"][3]) == pytest.approx(result["output_throughput_per_gpu"])
     series = json.loads((tmp_path / "report" / "slices.json").read_text())
     ((_label, drawn),) = series.items()
     assert [s["requests"] for s in drawn] == [s["requests"] for s in slices]
