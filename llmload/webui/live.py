@@ -103,7 +103,7 @@ class LiveStats:
         self.records.append(r)
         end = r.end if r.end is not None else r.start
         self.first_start = r.start if self.first_start is None else min(self.first_start, r.start)
-        if r.end is not None:
+        if r.chunk_times and r.end is not None:  # as core.outcome.run_span, the result JSON's duration
             self.last_end = r.end if self.last_end is None else max(self.last_end, r.end)
         self.recent.append((end, r))
         self.acc.add(r)

@@ -21,14 +21,14 @@ pytestmark = pytest.mark.slow
 
 SIM = f"{sys.executable} -m llmload.cli sim --profile tiny --port {{port}} --max-num-seqs {{max_num_seqs}}"
 #: 64-token answers of the tiny profile take ~130 ms each: one at a time, 16 req/s queues; eight at a time do not
-LOADS = ("--tokenizer", "builtin", "--num-prompts", "12", "--seed", "5", "--sharegpt-output-len", "64",
-         "--ignore-eos", "--no-initial-test", "--no-figures", "--request-rates", "4,16", "--slo", "ttft:300",
-         "--goodput-target", "0.8")
+WORKLOAD = ("--tokenizer", "builtin", "--num-prompts", "12", "--seed", "5", "--sharegpt-output-len", "64",
+            "--ignore-eos", "--no-initial-test", "--no-figures", "--slo", "ttft:300", "--goodput-target", "0.8")
+LOADS = (*WORKLOAD, "--request-rates", "4,16")
 
 
-def settings_argv(port: int, out: Path, params: str, *extra: str) -> list[str]:
+def settings_argv(port: int, out: Path, params: str, *extra: str, loads: tuple[str, ...] = LOADS) -> list[str]:
     return [*llmload_command(), "sweep", "--serve-cmd", SIM.replace("{port}", str(port)), "--serve-params",
-            params, "--base-url", f"http://127.0.0.1:{port}", *LOADS, "--output", str(out), *extra]
+            params, "--base-url", f"http://127.0.0.1:{port}", *loads, "--output", str(out), *extra]
 
 
 def run(argv: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
@@ -69,8 +69,15 @@ def test_two_settings_two_servers_and_their_answers(tmp_path: Path) -> None:
             assert row["cost_per_million_output_tokens"] == pytest.approx(
                 2 * 2.0 / (row["output_throughput"] * 3600) * 1e6)
         assert sweep["answer"]["cost_per_million_output_tokens"] is not None
-    # one request at a time cannot hold TTFT <= 300 ms at 16 req/s; eight at a time can
-    assert answers == [4.0, 16.0], answers
+    # one request at a time cannot hold TTFT <= 300 ms at 16 req/s (its queue grows ~70 ms a request), eight at a
+    # time can: the smaller setting's answer is the lower one. On a loaded machine the client may be the
+    # bottleneck at 16 req/s (a 1 ms read-lag limit at this profile's 2 ms ITL), which is never an answer
+    # either, so that point must then say so rather than meet the SLO
+    small, large = ({r["request_rate"]: r for r in json.loads((out / e["dir"] / "sweep.json").read_text())["points"]}
+                    for e in data["settings"])
+    assert small[16.0]["goodput"] < 0.8 and small[16.0]["ttft_ms"]["median"] > large[16.0]["ttft_ms"]["median"]
+    assert answers[0] == 4.0 or small[4.0]["client_limited"], small[4.0]
+    assert answers[1] == 16.0 or large[16.0]["client_limited"], large[16.0]
     assert "Settings Result" in done.stdout and "max_num_seqs=8" in done.stdout
     # the report of the settings sweep: both settings' sweeps overlaid, and one Pareto front over their points
     report = run([*llmload_command(), "report", str(out), "--output", str(tmp_path / "report")])
@@ -110,7 +117,7 @@ def test_a_server_that_fails_is_one_line_and_keeps_the_settings_before(tmp_path:
 def test_resume_after_sigint_runs_only_what_is_missing(tmp_path: Path) -> None:
     out = tmp_path / "resumed"
     port = free_port()
-    argv = settings_argv(port, out, "max_num_seqs=4,8")
+    argv = settings_argv(port, out, "max_num_seqs=4,8", loads=(*WORKLOAD, "--request-rates", "8,16"))
     log = tmp_path / "first.log"
     with open(log, "wb") as sink:
         proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=offline_env(),
@@ -118,7 +125,7 @@ def test_resume_after_sigint_runs_only_what_is_missing(tmp_path: Path) -> None:
     try:
         second = out / "setting-02-max_num_seqs=8"
         deadline = time.monotonic() + 180
-        while not (second / "point-01-rate-4.json").exists():  # the first setting is done, the second runs
+        while not (second / "point-01-rate-8.json").exists():  # the first setting is done, the second runs
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
@@ -142,15 +149,18 @@ def test_trials_repeat_a_sweep_and_report_the_spread(start_sim, tmp_path: Path) 
     sim = start_sim("--ttft-ms", "10", "--itl-ms", "2")
     out = tmp_path / "trials"
     done = run([*llmload_command(), "sweep", "--base-url", sim.url, "--tokenizer", "builtin", "--num-prompts", "8",
-                "--sharegpt-output-len", "8", "--ignore-eos", "--request-rates", "10,20", "--slo", "ttft:5000",
+                "--sharegpt-output-len", "8", "--ignore-eos", "--request-rates", "20,40", "--slo", "ttft:5000",
                 "--trials", "2", "--no-figures", "--output", str(out)])
     assert done.returncode == 0, done.stderr[-3000:]
     (entry,) = json.loads((out / "settings.json").read_text())["settings"]
     assert [t["dir"] for t in entry["trials"]] == ["trial-1", "trial-2"] and all(t["finished"] for t in entry["trials"])
-    assert entry["spread"]["answer"] == {"met": True, "n": 2, "mean": 20.0, "min": 20.0, "max": 20.0}
+    trials = [json.loads((out / f"trial-{k}" / "sweep.json").read_text()) for k in (1, 2)]
+    # the spread is the two trials' own numbers (an answer may differ: a client-limited point is never one)
+    met = [t["answer"]["value"] for t in trials if t["answer"]["met"]]
+    assert entry["spread"]["answer"]["n"] == len(met) and entry["spread"]["answer"]["max"] == max(met, default=None)
+    assert [t["answer"] for t in entry["trials"]] == [t["answer"] for t in trials]
     points = {p["request_rate"]: p for p in entry["spread"]["points"]}
-    assert sorted(points) == [10.0, 20.0] and all(p["trials"] == 2 for p in points.values())
-    for rate, p in points.items():  # the spread is the two trials' own numbers
-        values = [json.loads((out / f"trial-{k}" / "sweep.json").read_text()) for k in (1, 2)]
-        throughputs = [r["output_throughput"] for v in values for r in v["points"] if r["request_rate"] == rate]
+    assert sorted(points) == [20.0, 40.0] and all(p["trials"] == 2 for p in points.values())
+    for rate, p in points.items():
+        throughputs = [r["output_throughput"] for v in trials for r in v["points"] if r["request_rate"] == rate]
         assert (p["output_throughput"]["min"], p["output_throughput"]["max"]) == (min(throughputs), max(throughputs))
