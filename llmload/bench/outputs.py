@@ -105,7 +105,7 @@ def _print_observed(observed: Any) -> None:
 def result_data(done: Finished, metrics: Any, records: list, health_report: dict[str, Any]) -> dict[str, Any]:
     """The result JSON's content (:func:`llmload.core.result.result_data`, as ``locust -f --llm-result``)."""
     from llmload.core.result import result_data as build
-    from llmload.metrics import detailed_lists
+    from llmload.metrics import request_lists
 
     plan, outcome, args = done.plan, done.outcome, done.plan.args
     target = done.run.target
@@ -114,7 +114,8 @@ def result_data(done: Finished, metrics: Any, records: list, health_report: dict
                  base_url=target.shown, num_prompts=len(done.run.schedule), health=health_report,
                  not_sent=outcome.unsent, interrupted_by=outcome.interrupted_by, observed=outcome.observed,
                  workers=outcome.workers, lost=outcome.lost, metadata=plan.metadata,
-                 detailed=detailed_lists(records, metrics) if args.save_detailed else None, workload=done.run.workload)
+                 detailed=request_lists(records, metrics, detailed=bool(args.save_detailed)),
+                 workload=done.run.workload)
 
 
 def journal_path(args: argparse.Namespace) -> Path:

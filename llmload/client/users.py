@@ -55,6 +55,10 @@ class LLMUser(User):
     ttft_rule: str = "content"
     #: extra fields merged into every request body
     extra_body: ClassVar[dict[str, Any]] = {}
+    #: headers sent with every request (``--header``)
+    extra_headers: ClassVar[dict[str, str]] = {}
+    #: put before every ``X-Request-Id`` (``--request-id-prefix``)
+    request_id_prefix: ClassVar[str] = ""
     #: ``Authorization: Bearer`` value; never printed
     api_key: str | None = None
     #: seconds without data before a request fails (queueing before the first token can be long)
@@ -96,6 +100,7 @@ class LLMUser(User):
                    **self.dialect.extra_headers()}
         if self.api_key:
             headers.update(self.dialect.auth_headers(self.api_key))
+        headers.update(self.extra_headers)  # --header, as vLLM: over the defaults, under the request id
         self._headers = headers
         self.pool = Pool(self.host or environment.host or "", connect_timeout=self.connection_timeout,
                           read_timeout=self.network_timeout, request_timeout=self.request_timeout,
@@ -176,7 +181,7 @@ class LLMUser(User):
         """POST and read the stream into ``record``; returns the exception that failed it, if any. This is where
         a stream is parsed: live when someone listens to the token hooks, else once after the stream."""
         headers = dict(self._headers)
-        headers["X-Request-Id"] = record.request_id
+        headers["X-Request-Id"] = self.request_id_prefix + record.request_id
         if record.conversation_id and self.session_header:
             headers[self.session_header] = record.conversation_id
         live = reader.on_lines if (llm_events.first_token.listened or llm_events.token.listened) else None

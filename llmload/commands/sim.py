@@ -123,6 +123,8 @@ def _faults_and_trace(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--engine-trace", metavar="F",
                      help="append one JSON line each time the engine's scheduler state changes (t, running, "
                           "waiting, kv_usage, worker pid): the ground truth behind /metrics' gauges")
+    out.add_argument("--trace-requests", action="store_true",
+                     help="the trace also records each request's headers (credentials left out) and JSON body")
     out.add_argument("--trace-prompts", action="store_true",
                      help="also record each request's messages (chat) or prompt in the trace (big traces)")
     out.add_argument("--session-header", default="X-Session-ID", metavar="NAME",
@@ -170,6 +172,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         prefix_cache_tokens=args.prefix_cache_tokens, prefix_cache_block=args.prefix_cache_block,
         prefill_ms_per_token=args.prefill_ms_per_token, reasoning_tokens=args.reasoning_tokens,
         session_header=args.session_header.strip(), trace_prompts=args.trace_prompts,
+        trace_requests=args.trace_requests,
         degrade_after_s=args.degrade_after, degrade_factor=args.degrade_factor,
     )
 

@@ -18,11 +18,12 @@ def result_data(*, options: Any, metrics: Any, model_id: str, tokenizer_id: str,
                 health: dict[str, Any] | None, not_sent: int, interrupted_by: int | None = None,
                 observed: Any = None, workers: list[dict[str, Any]] | None = None, lost: int = 0,
                 metadata: dict[str, str] | None = None, detailed: dict[str, Any] | None = None,
-                when: datetime | None = None, workload: Any = None) -> dict[str, Any]:
+                when: datetime | None = None, workload: Any = None, records: Any = None) -> dict[str, Any]:
     """The result JSON's content. ``options``: the run's parsed options (bench's or Locust's: the same table);
     ``base_url`` as it may be shown (credentials masked); ``workers``/``lost`` only for a distributed run;
-    ``detailed``: vLLM's ``--save-detailed`` lists; ``workload``: the run's :class:`~llmload.core.run.Workload`
-    (a KV-cache trace's own reuse)."""
+    ``detailed``: the per-request lists (:func:`llmload.metrics.request_lists`: ``latencies`` and
+    ``queue_times`` always, vLLM's ``--save-detailed`` ones when asked), else made here from ``records``;
+    ``workload``: the run's :class:`~llmload.core.run.Workload` (a KV-cache trace's own reuse)."""
     rate = float(option_value(options, "request_rate"))
     data: dict[str, Any] = {
         "date": (when or datetime.now()).strftime("%Y%m%d-%H%M%S"),
@@ -54,6 +55,11 @@ def result_data(*, options: Any, metrics: Any, model_id: str, tokenizer_id: str,
     if workers is not None:
         data["workers"] = workers
         data["lost_with_workers"] = lost
+    if detailed is None and records is not None:
+        from llmload.metrics import request_lists
+
+        detailed = request_lists(records, metrics)
+    data["rtfx"] = 0.0  # vLLM's inverse real-time factor: audio input seconds per second; no audio here
     if detailed:
         data.update(detailed)
     return data

@@ -24,6 +24,7 @@ from llmload.core.conversation import ConversationPolicy, request_count
 from llmload.core.dispatch import RequestQueue, StopControl, Tally, run_closed_loop, run_open_loop
 from llmload.core.outcome import finish_records
 from llmload.core.schedule import LiveSchedule, Schedule, Scheduled, ScheduleSpec
+from llmload.core.shaping import shaping_from
 from llmload.core.sink import RecordSink
 from llmload.core.workload import (
     chat_backend_for_conversations,
@@ -89,6 +90,7 @@ class RunConfig:
         think = getattr(options, "think_time", "") or None
         if think:
             parse_think_time(think)  # a bad spec fails here, not at the first request
+        shaping_from(options)  # a bad --extra-body or --header too
         return cls(spec=spec, goodput=parse_goodput(goodput) if goodput else None,
                    percentiles=tuple(options.metric_percentiles), metrics=tuple(options.percentile_metrics),
                    ttft_rule=options.ttft_rule, backend=options.backend,

@@ -8,12 +8,13 @@ applies; nothing here repeats a default.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from llmload.core.cancel import CancelAfter, CancelPlan, cancel_plan_from
 from llmload.core.conversation import ConversationPolicy
 from llmload.core.models import ModelMix, model_mix_from
+from llmload.core.shaping import shaping_from
 from llmload.core.workload import forces_output_len
 
 
@@ -37,12 +38,19 @@ class UserSettings:
     cancel: CancelPlan | None
     #: ``--model a,b,c`` or ``--lora-modules``: the model each request names (None: ``model`` for all)
     models: ModelMix | None
+    #: merged into every request body, last (sampling flags, ``--extra-body``: :mod:`llmload.core.shaping`)
+    extra_body: dict[str, Any] = field(default_factory=dict)
+    #: ``--header KEY=VALUE``: sent with every request (the request id header wins over one of its name)
+    extra_headers: dict[str, str] = field(default_factory=dict)
+    #: ``--request-id-prefix``: put before every ``X-Request-Id``
+    request_id_prefix: str = ""
 
     @classmethod
     def from_options(cls, opts: Any, *, model: str, api_key: str | None,
                      conversation: ConversationPolicy | None) -> UserSettings:
         """From parsed options (bench's or Locust's: the same table); ``model`` is the server's when
         ``--served-model-name`` is not given."""
+        shaping = shaping_from(opts)
         return cls(
             backend=opts.backend,
             endpoint=opts.endpoint or None,
@@ -57,6 +65,9 @@ class UserSettings:
             conversation=conversation,
             cancel=cancel_plan_from(opts),
             models=model_mix_from(opts),
+            extra_body=shaping.body,
+            extra_headers=shaping.headers,
+            request_id_prefix=shaping.request_id_prefix,
         )
 
     def attributes(self) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from typing import Any
 
 _EXPORTS = {
     "accumulator": ("MetricsAccumulator", "LIVE_PERCENTILES"),
-    "compute": ("compute_metrics", "detailed_lists", "failure_counts"),
+    "compute": ("compute_metrics", "detailed_lists", "request_lists", "failure_counts"),
     "cost": ("Deployment", "deployment_from"),
     "conversations": ("ConversationTally", "TURN_ROWS", "turn_row"),
     "conversation_result": ("ConversationMetrics", "ConversationStats", "TurnStats", "ReasoningStats",

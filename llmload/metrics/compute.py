@@ -14,10 +14,12 @@ from llmload.metrics.accumulator import MetricsAccumulator
 from llmload.metrics.columns import Tally
 from llmload.metrics.definitions import (
     LATE_SEND_MS,
+    e2el_s,
     input_tokens,
     is_completed,
     itls_s,
     output_tokens,
+    queue_time_s,
     ttft_s,
 )
 from llmload.metrics.result import BenchmarkMetrics
@@ -72,6 +74,22 @@ def failure_counts(records: Sequence[RequestRecord]) -> tuple[dict[str, int], di
     for r in records:
         tally.add(r, is_completed(r))
     return tally.failure_counts()
+
+
+def request_lists(records: Sequence[RequestRecord], metrics: BenchmarkMetrics | None = None, *,
+                  detailed: bool = False) -> dict[str, list]:
+    """The per-request lists of today's ``vllm bench serve`` result JSON, one entry per request in input order:
+    ``latencies`` (E2E seconds, 0.0 where none) and ``queue_times`` (seconds a request waited past its
+    intended send: for a ``--max-concurrency`` slot, or behind the dispatcher; 0.0 in closed loop) always;
+    with ``detailed`` also ``start_times`` (the records' clock) and :func:`detailed_lists`."""
+    out: dict[str, list] = {
+        "latencies": [e if is_completed(r) and (e := e2el_s(r)) is not None else 0.0 for r in records],
+        "queue_times": [q if (q := queue_time_s(r)) is not None else 0.0 for r in records],
+    }
+    if detailed:
+        out["start_times"] = [r.start for r in records]
+        out.update(detailed_lists(records, metrics))
+    return out
 
 
 def detailed_lists(records: Sequence[RequestRecord], metrics: BenchmarkMetrics | None = None) -> dict[str, list]:

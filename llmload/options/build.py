@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from llmload.options import table
+from llmload.options.request_options import VLLM_INTERNAL_FLAGS
 from llmload.options.spec import GROUPS, Scope
 from llmload.options.table import options_for
 
@@ -23,6 +24,17 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         group = parser.add_argument_group(title)
         for option in members:
             group.add_argument(*option.flags, **option.argparse_kwargs(Scope.BENCH))
+    for flag in VLLM_INTERNAL_FLAGS:
+        parser.add_argument(flag, action=_VLLMInternal, nargs="?", help=argparse.SUPPRESS)
+
+
+class _VLLMInternal(argparse.Action):
+    """A ``vllm bench serve`` flag that drives vLLM itself: refused with one line saying why."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        parser.error(f"{option_string} is a vLLM-internal flag of vllm bench serve, not supported: "
+                     f"{VLLM_INTERNAL_FLAGS.get(option_string or '', '')}")
 
 
 def add_table_arguments(parser: argparse.ArgumentParser, dests: Sequence[str]) -> None:

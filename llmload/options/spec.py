@@ -25,6 +25,7 @@ class Scope(enum.Flag):
 GROUPS: tuple[tuple[str, str], ...] = (
     ("target", "target (none given: start the built-in simulator)"),
     ("workload", "workload"),
+    ("request", "request shaping (sampling, extra body and headers, as vllm bench serve; docs/vllm-compat.md)"),
     ("trace", "trace replay (--dataset-name trace, mooncake or timed_trace; see docs/arrivals.md)"),
     ("conversations", "conversations (--multi-turn; see docs/conversations.md)"),
     ("arrivals", "arrivals"),

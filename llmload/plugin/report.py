@@ -103,7 +103,7 @@ def print_summary(run: Any) -> None:
         lines.append(text)
     print("\n".join(lines), file=sys.stderr, flush=True)
     if getattr(opts, "llm_result", ""):
-        _write_result(run, metrics, acc, observed, health, Path(opts.llm_result))
+        _write_result(run, metrics, acc, observed, health, Path(opts.llm_result), records)
     path = getattr(opts, "llm_records", "")
     if path:
         from llmload.client.records.file import write_records
@@ -125,7 +125,7 @@ def print_summary(run: Any) -> None:
 
 
 def _write_result(run: Any, metrics: Any, acc: dict[str, int], observed: Any, health: dict[str, Any] | None,
-                  path: Path) -> None:
+                  path: Path, records: list) -> None:
     """``--llm-result``: the result JSON llmload bench writes for the same run (:mod:`llmload.core.result`)."""
     from llmload.core.result import result_data, write_json
     from llmload.urls import redact_url
@@ -136,7 +136,7 @@ def _write_result(run: Any, metrics: Any, acc: dict[str, int], observed: Any, he
                        tokenizer_id=workload.tokenizer_id if workload else "",
                        base_url=redact_url(run.environment.host or ""), num_prompts=_prompts(run, acc), health=health,
                        not_sent=acc["not_sent"], observed=observed, workers=workers, lost=acc["lost"],
-                       workload=workload)
+                       workload=workload, records=records)
     try:
         write_json(path, data)
     except OSError as exc:

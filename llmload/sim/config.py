@@ -156,6 +156,8 @@ class SimConfig:
     session_header: str = "X-Session-ID"
     #: the trace also records each request's messages or prompt
     trace_prompts: bool = False
+    #: the trace also records each request's headers (no credentials) and JSON body
+    trace_requests: bool = False
     #: a server that slows down: from this many seconds after the first request on, every time (TTFT, ITL,
     #: engine step) is ``degrade_factor`` times as long (None: never)
     degrade_after_s: float | None = None

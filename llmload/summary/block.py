@@ -57,12 +57,17 @@ def format_run_header(
     return "\n".join(lines)
 
 
-def format_vllm_block(metrics: BenchmarkMetrics, *, max_concurrency: int | None = None) -> str:
-    """vLLM's ``Serving Benchmark Result`` block, line for line."""
+def format_vllm_block(metrics: BenchmarkMetrics, *, max_concurrency: int | None = None,
+                      request_rate: float | None = None) -> str:
+    """Today's ``vllm bench serve`` ``Serving Benchmark Result`` block, line for line (docs/vllm-compat.md):
+    failed requests after the successful ones, the configured rate when it is finite."""
     m = metrics
-    lines = [heading(" Serving Benchmark Result "), int_line("Successful requests:", m.completed)]
+    lines = [heading(" Serving Benchmark Result "), int_line("Successful requests:", m.completed),
+             int_line("Failed requests:", m.failed)]
     if max_concurrency is not None:
         lines.append(int_line("Maximum request concurrency:", max_concurrency))
+    if request_rate is not None and math.isfinite(request_rate):
+        lines.append(float_line("Request rate configured (RPS):", request_rate))
     lines += [
         float_line("Benchmark duration (s):", m.duration),
         int_line("Total input tokens:", m.total_input),
@@ -75,7 +80,7 @@ def format_vllm_block(metrics: BenchmarkMetrics, *, max_concurrency: int | None 
         float_line("Output token throughput (tok/s):", m.output_throughput),
         float_line("Peak output token throughput (tok/s):", m.max_output_tokens_per_s),
         float_line("Peak concurrent requests:", m.max_concurrent_requests),
-        float_line("Total Token throughput (tok/s):", m.total_token_throughput),
+        float_line("Total token throughput (tok/s):", m.total_token_throughput),
     ]
     for key in METRIC_NAMES:
         if key in m.selected_metrics:
@@ -109,8 +114,7 @@ def format_llmload_block(
         lines.append(int_line("Request rate (req/s):", _rate(request_rate)))
     if burstiness is not None:
         lines.append(int_line("Burstiness factor:", burstiness))
-    lines.append(int_line("Failed requests:", m.failed))
-    if m.cancelled:
+    if m.cancelled:  # failed requests: in vLLM's block above
         lines.append(int_line("Cancelled by the client:", m.cancelled))
     lines += [
         int_line("Cut off by end of run:", m.cut_off),
@@ -213,7 +217,7 @@ def format_class_block(metrics: BenchmarkMetrics, *, by: str = "class") -> str:
             lines.append(float_line("Request goodput (req/s):", m.request_goodput))
         lines += [
             float_line("Output token throughput (tok/s):", m.output_throughput),
-            float_line("Total Token throughput (tok/s):", m.total_token_throughput),
+            float_line("Total token throughput (tok/s):", m.total_token_throughput),
         ]
         for key in METRIC_NAMES:
             if key in m.selected_metrics:
@@ -237,7 +241,7 @@ def format_summary(
     newline)."""
 
     blocks = [
-        format_vllm_block(metrics, max_concurrency=max_concurrency),
+        format_vllm_block(metrics, max_concurrency=max_concurrency, request_rate=request_rate),
         format_llmload_block(
             metrics,
             backend_label=backend_label,

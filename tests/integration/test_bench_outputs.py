@@ -24,10 +24,12 @@ def pword(p: float) -> str:
     return str(int(p)) if int(p) == p else str(p)
 
 
-#: vLLM benchmark_serving.py's result block, in print order: (label, shown only when)
+#: today's vllm bench serve result block, in print order: (label, shown only when)
 VLLM_HEAD_LABELS = [
     ("Successful requests:", None),
+    ("Failed requests:", None),
     ("Maximum request concurrency:", "max_concurrency"),
+    ("Request rate configured (RPS):", "finite_rate"),
     ("Benchmark duration (s):", None),
     ("Total input tokens:", None),
     ("Total generated tokens:", None),
@@ -36,7 +38,7 @@ VLLM_HEAD_LABELS = [
     ("Output token throughput (tok/s):", None),
     ("Peak output token throughput (tok/s):", None),
     ("Peak concurrent requests:", None),
-    ("Total Token throughput (tok/s):", None),
+    ("Total token throughput (tok/s):", None),
 ]
 #: metric -> (name in lines, section title), vLLM's order
 VLLM_SECTIONS = {
@@ -84,8 +86,9 @@ def json_type(value: object) -> str:
     return type(value).__name__
 
 
-def expected_lines(*, metrics: list[str], percentiles: list[float], goodput: bool, max_concurrency: bool) -> list[str]:
-    shown = {"goodput": goodput, "max_concurrency": max_concurrency}
+def expected_lines(*, metrics: list[str], percentiles: list[float], goodput: bool, max_concurrency: bool,
+                   finite_rate: bool = False) -> list[str]:
+    shown = {"goodput": goodput, "max_concurrency": max_concurrency, "finite_rate": finite_rate}
     lines = [HEADING] + [label for label, when in VLLM_HEAD_LABELS if when is None or shown[when]]
     for key in ("ttft", "tpot", "itl", "e2el"):
         if key in metrics:
@@ -256,7 +259,7 @@ def test_summary_values_are_the_json_values(main_run) -> None:
         assert shown[label] == str(data[key]), label
     floats = {"Benchmark duration (s):": "duration", "Request throughput (req/s):": "request_throughput",
               "Request goodput (req/s):": "request_goodput", "Output token throughput (tok/s):": "output_throughput",
-              "Total Token throughput (tok/s):": "total_token_throughput"}
+              "Total token throughput (tok/s):": "total_token_throughput"}
     for key, (name, _) in VLLM_SECTIONS.items():
         floats[f"Mean {name} (ms):"] = f"mean_{key}_ms"
         floats[f"Median {name} (ms):"] = f"median_{key}_ms"

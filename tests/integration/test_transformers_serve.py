@@ -159,7 +159,7 @@ def test_bench_against_transformers_serve(child_runner, engine) -> None:
 # -- multi-turn conversations (--multi-turn): each turn carries exactly the previous turns ----------------
 # transformers serve keeps no request trace, so what it received is read off two things it computes from the
 # prompt itself: usage.prompt_tokens (the length of the chat template over exactly the messages it got: exact,
-# but blind to the order of messages) and the greedy reply (llmload sends temperature 0; a function of the whole
+# but blind to the order of messages) and the greedy reply (the run asks for --temperature 0; a function of the whole
 # prompt token sequence, so it also sees order and content, though not every change flips a 4-token reply).
 
 CONVERSATIONS = 2
@@ -208,7 +208,7 @@ def template_ids(tokenizer, messages: list[dict], **kw):
 
 
 def greedy_reply(model, tokenizer, messages: list[dict]) -> tuple[str, float]:
-    """The reply transformers serve streams for ``messages`` under llmload's request (temperature 0: greedy; no
+    """The reply transformers serve streams for ``messages`` under the run's request (temperature 0: greedy; no
     EOS in this model; TURN_OUT_LEN tokens), decoded as its streamer does (tokenizers' DecodeStream, special
     tokens skipped, an unfinished UTF-8 sequence at the end never sent); and the smallest gap between the best
     and the second best logit over the steps."""
@@ -238,7 +238,8 @@ def test_multi_turn_history_against_transformers_serve(child_runner, engine, tmp
     run = child_runner.bench(
         "--backend", "openai-chat", "--base-url", url, "--model", model_dir, "--tokenizer", model_dir,
         "--multi-turn", "--history", history, "--dataset-path", dataset, "--output-len", TURN_OUT_LEN,
-        "--num-prompts", CONVERSATIONS, "--max-concurrency", "2", "--save-result", "--disable-tqdm", timeout=300,
+        "--num-prompts", CONVERSATIONS, "--max-concurrency", "2", "--temperature", "0", "--save-result",
+        "--disable-tqdm", timeout=300,
     )
     assert run.returncode == 0, run.describe()
     assert "Traceback" not in run.stderr, run.describe()

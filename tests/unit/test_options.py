@@ -166,7 +166,9 @@ def test_shared_options_have_the_same_names_types_and_choices(locust_side: dict[
 
 def test_the_brief_s_locust_options_are_shared() -> None:
     wanted = """--backend --endpoint --model --model-selection --model-weights --lora-modules --lora-assignment
-        --served-model-name --tokenizer --trust-remote-code --dataset-name
+        --served-model-name --tokenizer --trust-remote-code --dataset-name --temperature --top-p --top-k --min-p
+        --frequency-penalty --presence-penalty --repetition-penalty --logprobs --extra-body --header
+        --request-id-prefix --vllm-compat
         --dataset-path --num-prompts --seed --sharegpt-output-len --random-input-len --random-output-len
         --random-range-ratio --random-prefix-len --custom-output-len --trace-format --time-scale --trace-start
         --trace-duration --trace-prompts --trace-block-size --timed-trace-sec-multiplier --timed-trace-label-timestamp

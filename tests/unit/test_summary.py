@@ -33,7 +33,8 @@ def test_heading_and_first_lines_exact():
     assert len(lines[0]) == 50
     # "Successful requests:" is 20 chars, padded to 40, a space, then the value padded to 10
     assert lines[1] == "Successful requests:" + " " * 20 + " " + "1" + " " * 9
-    assert lines[2] == "Benchmark duration (s):" + " " * 17 + " 2.00      "
+    assert lines[2] == "Failed requests:" + " " * 24 + " " + "1" + " " * 9  # today's vLLM: right after
+    assert lines[3] == "Benchmark duration (s):" + " " * 17 + " 2.00      "
 
 
 def test_vllm_order_without_optional_lines():
@@ -43,6 +44,7 @@ def test_vllm_order_without_optional_lines():
     labels = [line if line.startswith("-") else line[:40].rstrip() for line in lines]
     assert labels[1:end] == [
         "Successful requests:",
+        "Failed requests:",
         "Benchmark duration (s):",
         "Total input tokens:",
         "Total generated tokens:",
@@ -50,7 +52,7 @@ def test_vllm_order_without_optional_lines():
         "Output token throughput (tok/s):",
         "Peak output token throughput (tok/s):",
         "Peak concurrent requests:",
-        "Total Token throughput (tok/s):",
+        "Total token throughput (tok/s):",
         "---------------Time to First Token----------------",
         "Mean TTFT (ms):",
         "Median TTFT (ms):",
@@ -75,8 +77,10 @@ def test_section_rules_are_50_wide():
 
 
 def test_optional_vllm_lines():
-    lines = _lines(max_concurrency=8, goodput_slos={"ttft": 500})
-    assert lines[2] == f"{'Maximum request concurrency:':<40} {8:<10}"
+    lines = _lines(max_concurrency=8, goodput_slos={"ttft": 500}, request_rate=4.0)
+    assert lines[3] == f"{'Maximum request concurrency:':<40} {8:<10}"
+    assert lines[4] == f"{'Request rate configured (RPS):':<40} {4.0:<10.2f}"  # a finite rate only
+    assert not any(line.startswith("Request rate configured") for line in _lines(request_rate=float("inf")))
     # goodput comes right after request throughput: 1 good request / 2 s = 0.50
     i = next(k for k, line in enumerate(lines) if line.startswith("Request throughput"))
     assert lines[i + 1] == f"{'Request goodput (req/s):':<40} {0.5:<10.2f}"
@@ -93,7 +97,7 @@ def test_llmload_extras_follow_the_vllm_block():
     first_close = lines.index("=" * 50)
     extras = lines[first_close + 1 :]
     assert extras[0].startswith("=") and "llmload" in extras[0] and len(extras[0]) == 50
-    assert f"{'Failed requests:':<40} {1:<10}" in extras
+    assert not any(line.startswith("Failed requests:") for line in extras)  # in vLLM's block now
     assert f"{'Cut off by end of run:':<40} {0:<10}" in extras
     assert f"{'Mean TPOT excl. 1st ITL (ms):':<40} {'100.00':<10}" in extras
     assert f"{'Request rate (req/s):':<40} {'inf':<10}" in extras

@@ -27,7 +27,8 @@ def cached_tokens(data: dict) -> int | None:
 
 
 class OpenAICompletions(Backend):
-    """``/v1/completions`` as vLLM's benchmark client sends it (minus vLLM-only sampling fields)."""
+    """``/v1/completions`` as vLLM's benchmark client sends it (minus vLLM-only sampling fields). No
+    ``temperature``, as today's ``vllm bench serve``: sampling comes from :mod:`llmload.core.shaping`."""
 
     name = "openai"
     default_path = "/v1/completions"
@@ -38,7 +39,6 @@ class OpenAICompletions(Backend):
         body: dict = {
             "model": model,
             "prompt": prompt,
-            "temperature": 0.0,
             "max_tokens": output_len,
             "logprobs": None,
             "stream": True,
@@ -110,7 +110,6 @@ class OpenAIChat(OpenAICompletions):
         body: dict = {
             "model": model,
             "messages": messages if messages is not None else [{"role": "user", "content": prompt}],
-            "temperature": 0.0,
             "max_completion_tokens": output_len,
             "stream": True,
             "stream_options": {"include_usage": True},

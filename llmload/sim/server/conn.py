@@ -45,7 +45,8 @@ class Job:
 
     __slots__ = (
         "chunk_times", "chunk_tokens", "client_id", "conn", "fault", "fault_at", "generated", "held", "in_engine",
-        "lora_load", "path", "received", "req", "request_id", "seq", "session", "stalled_until", "started", "text", "wire",
+        "lora_load", "path", "received", "req", "request_id", "seq", "session", "stalled_until", "started", "text",
+        "traced_request", "wire",
     )
 
     def __init__(self, conn: Conn, req: GenRequest, wire: Wire, request_id: str, client_id: str, path: str) -> None:
@@ -74,6 +75,8 @@ class Job:
         self.in_engine = False
         #: seconds its LoRA adapter took to load before the prefill (0: loaded already, or a base model)
         self.lora_load = 0.0
+        #: ``--trace-requests``: the request's headers (no credentials) and JSON body, for the trace
+        self.traced_request: dict | None = None
 
     @property
     def cached_tokens(self) -> int:

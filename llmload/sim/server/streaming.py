@@ -20,6 +20,7 @@ from llmload.sim.engine import Seq
 from llmload.sim.requests import GenRequest, RequestError, extra_forbidden, openai_error
 from llmload.sim.server.conn import OUT, Conn, Job
 from llmload.sim.server.http import END_CHUNKED, STREAM_HEAD, frame
+from llmload.sim.server.tracefile import traced_request
 from llmload.sim.text import TOKEN_COUNT, TOKENS, text_of
 from llmload.sim.typed_wire import make_wire
 
@@ -95,6 +96,8 @@ class Streaming:
         job = Job(conn, req, wire, request_id, headers.get("x-request-id", ""), path)
         job.received = received
         job.session = headers.get(self._session_header)
+        if self.config.trace_requests:
+            job.traced_request = traced_request(headers, body)
         conn.job = job
         fault = self.faults.pick()
         job.fault = fault

@@ -54,6 +54,8 @@ def trace_entry(job: Job, status: str, wall_offset: float) -> dict:
         # seconds its LoRA adapter took to load first (0: loaded, or a base model)
         "lora_load_s": job.lora_load if job.seq is None else max(0.0, job.seq.ready_at - (job.seq.admitted or 0.0)),
     }
+    if job.traced_request is not None:
+        entry["request"] = job.traced_request
     if req.trace_prompt is not None:
         as_messages = req.kind in ("chat", "messages") or (req.kind == "responses"
                                                           and isinstance(req.trace_prompt, list))
@@ -77,3 +79,19 @@ class TraceFile:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+#: request headers a trace never holds: credentials
+_SECRET_HEADERS = ("authorization", "x-api-key", "proxy-authorization", "cookie")
+
+
+def traced_request(headers: dict[str, str], body: bytes) -> dict:
+    """``--trace-requests``: what the trace keeps of a request (headers lower-cased, credentials left out; the
+    JSON body as sent)."""
+    import orjson
+
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        data = None
+    return {"headers": {k: v for k, v in headers.items() if k not in _SECRET_HEADERS}, "body": data}

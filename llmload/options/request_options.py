@@ -1,0 +1,47 @@
+"""The request-shaping options, as today's ``vllm bench serve`` names them (sampling, extra body, headers,
+request ids) and the ``--vllm-compat`` switch: part of the one option table (:mod:`llmload.options.table`);
+what they do: :mod:`llmload.core.shaping`."""
+
+from __future__ import annotations
+
+from llmload.options.spec import Option, Scope
+
+BOTH = Scope.BOTH
+
+REQUEST_OPTIONS = (
+    Option(("--temperature",), "temperature", BOTH, "request",
+           "sampling temperature (default: not sent, the server's default, as vllm bench serve; --vllm-compat 0.7: "
+           "0)", type=float),
+    Option(("--top-p",), "top_p", BOTH, "request", "nucleus sampling (default: not sent)", type=float),
+    Option(("--top-k",), "top_k", BOTH, "request", "top-k sampling (default: not sent)", type=int),
+    Option(("--min-p",), "min_p", BOTH, "request", "min-p sampling (default: not sent)", type=float),
+    Option(("--frequency-penalty",), "frequency_penalty", BOTH, "request", "(default: not sent)", type=float),
+    Option(("--presence-penalty",), "presence_penalty", BOTH, "request", "(default: not sent)", type=float),
+    Option(("--repetition-penalty",), "repetition_penalty", BOTH, "request", "(default: not sent)", type=float),
+    Option(("--logprobs",), "logprobs", BOTH, "request", "log probabilities per token (completions; default: not "
+           "sent)", type=int),
+    Option(("--extra-body",), "extra_body", BOTH, "request",
+           "a JSON object merged into every request body, over everything else, e.g. '{\"top_p\": 0.9}'",
+           metavar="JSON"),
+    Option(("--header",), "header", BOTH, "request", "extra request headers, e.g. X-Tenant=a (the request id "
+           "header wins over one of its name)", nargs="*", metavar="KEY=VALUE", web_ui=False),
+    Option(("--request-id-prefix",), "request_id_prefix", BOTH, "request",
+           "prefix of every request's X-Request-Id (default: none: the record's request id as it is)"),
+    Option(("--vllm-compat",), "vllm_compat", BOTH, "request",
+           "0.7: the meanings of vLLM 0.7's benchmark_serving.py (temperature 0 sent, total_input_tokens the "
+           "dataset's sum, max_concurrent_requests per 1-second bucket) for comparison with old results",
+           choices=("0.7",)),
+)
+
+#: ``vllm bench serve`` flags that drive vLLM itself, not a load test: refused with one line (exit 2), never
+#: silently ignored (docs/vllm-compat.md)
+VLLM_INTERNAL_FLAGS = {
+    "--profile": "starts vLLM's torch profiler on the server (POST /start_profile): use vLLM's own tooling",
+    "--plot-timeline": "vLLM's HTML timeline: llmload report draws the per-request timeline from the records",
+    "--timeline-itl-thresholds": "belongs to --plot-timeline (see llmload report)",
+    "--plot-dataset-stats": "vLLM's dataset plot: llmload report has the input and output lengths figure",
+    "--tokenizer-mode": "vLLM's tokenizer loader modes (mistral, deepseek_v32...): llmload loads tokenizers with "
+                        "transformers (--tokenizer, --trust-remote-code)",
+    "--use-beam-search": "vllm bench serve parses it and never uses it",
+    "--enable-multimodal-chat": "multimodal requests are not supported",
+}

@@ -1,0 +1,91 @@
+"""Today's ``vllm bench serve`` flags, checked where they land: at the simulator, which records every request's
+headers and body (``llmload sim --trace-requests``). Sampling flags, ``--extra-body`` (over everything, as
+vLLM), ``--header``, ``--request-id-prefix``; no ``temperature`` by default and ``ignore_eos`` for the random
+dataset (today's meanings), ``--vllm-compat 0.7`` for 0.7's; vLLM-internal flags refused with exit 2; the
+result JSON's always-on per-request lists."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from support import trace_lines
+
+pytestmark = pytest.mark.slow
+
+BASE = ("--tokenizer", "builtin", "--num-prompts", "4", "--seed", "2", "--request-rate", "20", "--save-result",
+        "--disable-tqdm", "--no-initial-test")
+SHAPED = ("--temperature", "0.5", "--top-p", "0.9", "--top-k", "20", "--min-p", "0.05", "--frequency-penalty",
+          "0.1", "--presence-penalty", "0.2", "--repetition-penalty", "1.1", "--logprobs", "2",
+          "--extra-body", '{"temperature": 0.3, "seed": 7}', "--header", "X-Tenant=a", "X-Request-Id=mine",
+          "--request-id-prefix", "bench-abc-")
+
+
+@pytest.fixture
+def sim(start_sim, tmp_path: Path):
+    trace = tmp_path / "trace.jsonl"
+    return start_sim("--ttft-ms", "5", "--itl-ms", "1", "--trace-file", trace, "--trace-requests"), trace
+
+
+def requests_seen(trace: Path, since: int) -> list[dict]:
+    return [line["request"] for line in trace_lines(trace)[since:]]
+
+
+@pytest.mark.parametrize(("name", "extra", "check"), [
+    ("defaults: no temperature, ignore_eos for random", ("--dataset-name", "random", "--random-input-len", "16",
+                                                         "--random-output-len", "4"),
+     lambda body, headers, rid: "temperature" not in body and body["ignore_eos"] is True
+     and headers["x-request-id"] == rid),
+    ("sampling, extra body over them, headers, id prefix", ("--backend", "openai-chat", *SHAPED),
+     lambda body, headers, rid: body["temperature"] == 0.3 and body["seed"] == 7 and body["top_p"] == 0.9
+     and body["top_k"] == 20 and body["min_p"] == 0.05 and body["frequency_penalty"] == 0.1
+     and body["presence_penalty"] == 0.2 and body["repetition_penalty"] == 1.1 and body["logprobs"] == 2
+     and headers["x-tenant"] == "a" and headers["x-request-id"] == "bench-abc-" + rid),
+    ("--vllm-compat 0.7: temperature 0, no forced ignore_eos", ("--dataset-name", "random", "--random-input-len",
+                                                                 "16", "--random-output-len", "4", "--vllm-compat",
+                                                                 "0.7"),
+     lambda body, headers, rid: body["temperature"] == 0.0 and "ignore_eos" not in body),
+])
+def test_each_flag_reaches_the_request_as_vllm_sends_it(child_runner, sim, name: str, extra: tuple, check) -> None:
+    sim, trace = sim
+    before = len(trace_lines(trace)) if trace.exists() else 0
+    run = child_runner.bench("--base-url", sim.url, *BASE, *extra, timeout=120)
+    assert run.returncode == 0, run.describe()
+    seen = requests_seen(trace, before)
+    records = run.records()
+    assert len(seen) == len(records) == 4, name
+    by_id = {r["request_id"]: r for r in records}
+    for request in seen:
+        rid = request["headers"]["x-request-id"].removeprefix("bench-abc-")
+        assert rid in by_id, (name, request["headers"])
+        assert check(request["body"], request["headers"], rid), (name, request)
+        assert "authorization" not in request["headers"]
+    result = run.result()  # the per-request lists today's vLLM always writes
+    assert len(result["latencies"]) == len(result["queue_times"]) == 4 and result["rtfx"] == 0.0
+    assert "start_times" not in result and "ttfts" not in result
+
+
+def test_save_detailed_adds_start_times(child_runner, sim) -> None:
+    sim, _ = sim
+    run = child_runner.bench("--base-url", sim.url, *BASE, "--save-detailed", timeout=120)
+    assert run.returncode == 0, run.describe()
+    result, records = run.result(), run.records()
+    assert result["start_times"] == [r["start"] for r in records]
+    assert result["latencies"] == pytest.approx([r["chunk_times"][-1] - r["start"] for r in records])
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (("--profile",), "--profile is a vLLM-internal flag"),
+    (("--plot-timeline",), "--plot-timeline is a vLLM-internal flag"),
+    (("--tokenizer-mode", "mistral"), "--tokenizer-mode is a vLLM-internal flag"),
+    (("--extra-body", "{nope"), "--extra-body: not JSON"),
+    (("--extra-body", "[1]"), "--extra-body: expected a JSON object"),
+    (("--header", "NoEquals"), "--header: expected KEY=VALUE"),
+])
+def test_refused_and_bad_flags_are_one_line_exit_2(child_runner, argv: tuple, message: str) -> None:
+    run = child_runner.bench("--base-url", "http://127.0.0.1:9", *BASE, *argv, timeout=60)
+    assert run.returncode == 2, run.describe()
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error:") or ": error: " in line]
+    assert len(errors) == 1 and message in errors[0], run.stderr[-1500:]
+    assert "Traceback" not in run.stderr
