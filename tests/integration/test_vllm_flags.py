@@ -6,7 +6,6 @@ result JSON's always-on per-request lists."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
