@@ -32,7 +32,8 @@ def dataset_options(options: Any) -> dict[str, Any]:
 
     ``--max-tokens`` (the Locust plugin's older spelling) fixes every output length whatever the dataset."""
     name = _opt(options, "dataset_name")
-    fixed = _opt(options, "max_tokens") or None
+    # --max-tokens, or vllm bench serve's --output-len: every dataset's output length
+    fixed = _opt(options, "max_tokens") or getattr(options, "output_len", None) or None
     if name == "sharegpt":
         return {"fixed_output_len": fixed or _opt(options, "sharegpt_output_len"),
                 "multi_turn": bool(_opt(options, "multi_turn")), "max_turns": _opt(options, "max_turns"),
@@ -43,7 +44,7 @@ def dataset_options(options: Any) -> dict[str, Any]:
                 "num_prefixes": _opt(options, "prefix_repetition_num_prefixes"),
                 "output_len": fixed or _opt(options, "prefix_repetition_output_len")}
     if name == "random":
-        return {"input_len": _opt(options, "random_input_len"),
+        return {"input_len": getattr(options, "input_len", None) or _opt(options, "random_input_len"),
                 "output_len": fixed or _opt(options, "random_output_len"),
                 "range_ratio": _opt(options, "random_range_ratio"),
                 "prefix_len": _opt(options, "random_prefix_len")}
@@ -83,7 +84,8 @@ def conversation_policy(options: Any) -> ConversationPolicy:
         reading_speed=float(_opt(options, "reading_speed") or 0.0),
         keep_reasoning=bool(_opt(options, "keep_reasoning")),
         seed=int(_opt(options, "seed")),
-        output_len=_opt(options, "max_tokens") or _opt(options, "sharegpt_output_len"))
+        output_len=_opt(options, "max_tokens") or getattr(options, "output_len", None)
+        or _opt(options, "sharegpt_output_len"))
 
 
 def chat_backend_for_conversations(options: Any) -> str | None:

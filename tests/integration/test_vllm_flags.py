@@ -41,6 +41,11 @@ def requests_seen(trace: Path, since: int) -> list[dict]:
      and body["top_k"] == 20 and body["min_p"] == 0.05 and body["frequency_penalty"] == 0.1
      and body["presence_penalty"] == 0.2 and body["repetition_penalty"] == 1.1 and body["logprobs"] == 2
      and headers["x-tenant"] == "a" and headers["x-request-id"] == "bench-abc-" + rid),
+    ("--output-len: every dataset's output length (sharegpt)", ("--output-len", "6"),
+     lambda body, headers, rid: body["max_tokens"] == 6),
+    ("--input-len/--output-len: random's lengths", ("--dataset-name", "random", "--input-len", "24",
+                                                    "--output-len", "5"),
+     lambda body, headers, rid: body["max_tokens"] == 5 and body["ignore_eos"] is True),
     ("--vllm-compat 0.7: temperature 0, no forced ignore_eos", ("--dataset-name", "random", "--random-input-len",
                                                                  "16", "--random-output-len", "4", "--vllm-compat",
                                                                  "0.7"),
@@ -60,6 +65,10 @@ def test_each_flag_reaches_the_request_as_vllm_sends_it(child_runner, sim, name:
         assert rid in by_id, (name, request["headers"])
         assert check(request["body"], request["headers"], rid), (name, request)
         assert "authorization" not in request["headers"]
+    if "--input-len" in extra:
+        # 24 tokens less the tokenizer's special ones, as vLLM's random dataset (and --random-input-len 24)
+        lens = {r["prompt_len"] for r in records}
+        assert len(lens) == 1 and 22 <= lens.pop() <= 24, [r["prompt_len"] for r in records]
     result = run.result()  # the per-request lists today's vLLM always writes
     assert len(result["latencies"]) == len(result["queue_times"]) == 4 and result["rtfx"] == 0.0
     assert "start_times" not in result and "ttfts" not in result
