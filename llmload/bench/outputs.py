@@ -156,7 +156,12 @@ def _save(done: Finished, data: dict[str, Any], records: list) -> tuple[bool, tu
     rec_path = records_path(path, args.records_format)
     ok = True
     try:
-        write_json(path, data)
+        if args.append_result:
+            from llmload.core.result import append_json_line
+
+            append_json_line(path, data)
+        else:
+            write_json(path, data)
     except OSError as exc:
         log(f"error: cannot write the result JSON {path}: {exc.strerror or exc}")
         ok = False

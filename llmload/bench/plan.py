@@ -86,7 +86,7 @@ class RunPlan:
             parse_shape(args.rate_shape, "--rate-shape")
         if args.fail_on_slo is not None and not self.config.goodput:
             raise ConfigError("--fail-on-slo needs --goodput SLOs to judge against")
-        self.save = bool(args.save_result or args.save_detailed)
+        self.save = bool(args.save_result or args.save_detailed or args.append_result)
         if self.save:
             check_writable(Path(args.result_dir))
             if args.records_format == "parquet":
@@ -123,7 +123,7 @@ class RunPlan:
         derived = object.__new__(RunPlan)
         derived.__dict__.update(self.__dict__)
         derived.__dict__.update(args=args, config=RunConfig.from_options(args), metadata=dict(self.metadata),
-                                save=bool(args.save_result or args.save_detailed))
+                                save=bool(args.save_result or args.save_detailed or args.append_result))
         return derived
 
     def __setattr__(self, name: str, value: object) -> None:

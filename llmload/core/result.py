@@ -99,3 +99,14 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)  # never leave a half-written file behind (disk full)
         raise
+
+
+def append_json_line(path: Path, data: dict[str, Any]) -> None:
+    """``--append-result``: ``data`` as one compact JSON line at the end of ``path`` (created when missing), as
+    ``vllm bench serve`` appends: a newline first when the file holds something, so runs make a JSON Lines
+    file. Standard JSON (:func:`json_safe`); the line is written whole with one ``write``."""
+    text = json.dumps(json_safe(data), separators=(",", ":"), allow_nan=False)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+", encoding="utf-8") as f:
+        f.seek(0, os.SEEK_END)
+        f.write(("\n" if f.tell() else "") + text)

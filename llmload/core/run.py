@@ -65,6 +65,8 @@ class RunConfig:
     deployment: Deployment = field(default_factory=Deployment)
     #: ``--slice-duration``: seconds per time slice of the result (None: no slices)
     slice_duration: float | None = None
+    #: ``--vllm-compat``: whose meanings the vLLM keys follow (None: today's vllm bench serve)
+    vllm_compat: str | None = None
 
     @classmethod
     def from_options(cls, options: Any, *, live: bool = False) -> RunConfig:
@@ -98,7 +100,8 @@ class RunConfig:
                    max_concurrency=getattr(options, "max_concurrency", None) or None,
                    stop_timeout=float(getattr(options, "stop_timeout", 0.0) or 0.0),
                    deployment=deployment_from(options),
-                   slice_duration=float(getattr(options, "slice_duration", None) or 0.0) or None)
+                   slice_duration=float(getattr(options, "slice_duration", None) or 0.0) or None,
+                   vllm_compat=getattr(options, "vllm_compat", None) or None)
 
 
 @dataclass(frozen=True)
@@ -264,7 +267,8 @@ class Run:
         metrics = compute_metrics(records, max(outcome.duration, 1e-9), goodput_slos=config.goodput,
                                   selected_percentiles=config.percentiles, selected_metrics=config.metrics,
                                   ttft_rule=config.ttft_rule, schedule_lags_s=outcome.schedule_lags_s,
-                                  class_slos=class_slos, slice_duration_s=config.slice_duration)
+                                  class_slos=class_slos, slice_duration_s=config.slice_duration,
+                                  vllm_compat=config.vllm_compat)
         return Measured(records, metrics)
 
 

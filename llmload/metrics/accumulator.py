@@ -36,7 +36,7 @@ from llmload.metrics.columns import ALIGNED, Tally, Values, joined
 from llmload.metrics.conversations import ConversationTally
 from llmload.metrics.definitions import LATE_SEND_MS, METRICS, is_completed, late_sends
 from llmload.metrics.histogram import LogHistogram
-from llmload.metrics.peaks import peak_per_second
+from llmload.metrics.peaks import peak_overlap, peak_per_second
 from llmload.metrics.result import METRIC_NAMES, TTFT_RULES, BenchmarkMetrics, Distribution
 from llmload.metrics.slos import check_slos, model_key, slos_for, split_slos
 
@@ -249,7 +249,8 @@ def _metrics(groups: Sequence[_Group], tally: Tally, ask: _Ask, lags_s: Sequence
     dist = {key: Distribution.of(_exact(groups, key), ask.percentiles) for key in METRICS if key != "schedule_lag"}
     lags = _exact(groups, "queue_time") if lags_s is None else lags_s
     good = sum(g.values.good(ask.slos_for(g.name, g.model)) for g in groups) if ask.has_slos else None
-    peak_tokens, peak_active = peak_per_second(chain.from_iterable(g.done for g in groups))
+    peak_tokens, peak_bucket = peak_per_second(chain.from_iterable(g.done for g in groups))
+    peak_active = peak_overlap(chain.from_iterable(g.done for g in groups))
     by_kind, examples = tally.failure_counts()
     return BenchmarkMetrics(
         duration=d, completed=tally.completed, failed=tally.failed, cut_off=tally.cut_off, cancelled=tally.cancelled,
@@ -259,6 +260,7 @@ def _metrics(groups: Sequence[_Group], tally: Tally, ask: _Ask, lags_s: Sequence
         output_throughput=tally.total_output / d,
         total_token_throughput=(tally.total_input + tally.total_output) / d,
         max_output_tokens_per_s=peak_tokens, max_concurrent_requests=peak_active,
+        max_concurrent_requests_per_second=peak_bucket,
         ttft=dist["ttft"], tpot=dist["tpot"], itl=dist["itl"], e2el=dist["e2el"],
         tpot_steady=dist["tpot_steady"], queue_time=dist["queue_time"],
         schedule_lag=Distribution.of(lags, ask.percentiles),

@@ -40,6 +40,7 @@ def compute_metrics(
     schedule_lags_s: Sequence[float] | None = None,
     late_send_threshold_ms: float = LATE_SEND_MS,
     slice_duration_s: float | None = None,
+    vllm_compat: str | None = None,
 ) -> BenchmarkMetrics:
     """Every reported metric from raw records: :meth:`MetricsAccumulator.result` over them (formulas in
     :mod:`llmload.metrics.accumulator` and :mod:`llmload.metrics.definitions`).
@@ -58,6 +59,7 @@ def compute_metrics(
                          selected_percentiles=selected_percentiles, selected_metrics=selected_metrics,
                          ttft_rule=ttft_rule, schedule_lags_s=schedule_lags_s,
                          late_send_threshold_ms=late_send_threshold_ms)
+    metrics.vllm_compat = vllm_compat
     if slice_duration_s and records:
         from llmload.metrics.slices import time_slices
 

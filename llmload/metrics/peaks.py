@@ -1,8 +1,10 @@
 """vLLM's run-level peaks: ``max_output_tokens_per_s`` and ``max_concurrent_requests``.
 
 One-second buckets from the earliest start of a request that ended: ``k = int(t - t0)``. A token counts in the
-bucket of its reconstructed time (vLLM's: ``start + TTFT``, then ``+ ITL`` for each counted event); a request is
-active in every bucket from its start to its end (``start + E2EL``).
+bucket of its reconstructed time (vLLM's: ``start + TTFT``, then ``+ ITL`` for each counted event); for vLLM
+0.7's ``max_concurrent_requests`` a request is active in every bucket from its start to its end (``start +
+E2EL``). Today's ``vllm bench serve`` counts it exactly instead (:func:`peak_overlap`): the most completed
+requests whose ``[start, start + E2EL)`` overlap at one instant.
 """
 
 from __future__ import annotations
@@ -47,3 +49,18 @@ def peak_per_second(records: Iterable[RequestRecord]) -> tuple[float, int]:
         for k in range(int(r.start - t0), min(int(r.start + e2el - t0) + 1, buckets)):
             active[k] += 1
     return float(np.max(tokens)), int(np.max(active))
+
+
+def peak_overlap(records: Iterable[RequestRecord]) -> int:
+    """Today's ``max_concurrent_requests``: the exact peak of overlapping ``[start, start + E2EL)`` intervals
+    of the completed requests (a sweep line; at equal times an end comes before a start)."""
+    from llmload.metrics.definitions import is_completed
+
+    events = [(t, d) for r in records if is_completed(r) and (e2el := e2el_s(r)) is not None
+              for t, d in ((r.start, 1), (r.start + e2el, -1))]
+    events.sort(key=lambda e: (e[0], e[1]))
+    peak = active = 0
+    for _, d in events:
+        active += d
+        peak = max(peak, active)
+    return peak

@@ -123,9 +123,18 @@ class BenchmarkMetrics:
     good_requests: int | None = None
     #: requests the client cancelled on purpose (``--cancel-rate``): neither completed nor failed
     cancelled: int = 0
+    #: ``max_concurrent_requests`` as vLLM 0.7 counted it (the most requests active in one 1-second bucket)
+    max_concurrent_requests_per_second: int = 0
+    #: ``--vllm-compat``: whose meanings the vLLM keys follow (None: today's vllm bench serve; "0.7")
+    vllm_compat: str | None = None
     #: ``--slice-duration``: the slices' length (s) and one dict per slice (:mod:`llmload.metrics.slices`)
     slice_duration: float | None = None
     slices: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def reported_max_concurrent(self) -> int:
+        """``max_concurrent_requests`` as the vLLM the run follows counts it (today's exact peak; 0.7's bucket)."""
+        return self.max_concurrent_requests_per_second if self.vllm_compat == "0.7" else self.max_concurrent_requests
 
     @property
     def sent(self) -> int:
@@ -152,7 +161,7 @@ class BenchmarkMetrics:
             "output_throughput": self.output_throughput,
             "total_token_throughput": self.total_token_throughput,
             "max_output_tokens_per_s": self.max_output_tokens_per_s,
-            "max_concurrent_requests": self.max_concurrent_requests,
+            "max_concurrent_requests": self.reported_max_concurrent,
         }
         for name in METRIC_NAMES:
             if name in self.selected_metrics:

@@ -294,6 +294,9 @@ _OUTPUT = (
            action="store_true", default=False),
     Option(("--save-detailed",), "save_detailed", BENCH, "output",
            "also put per-request lists (ttfts, itls, ...) into the result JSON", action="store_true", default=False),
+    Option(("--append-result",), "append_result", BENCH, "output",
+           "append the result as one JSON line to the result file (vllm bench serve's: repeated runs make a JSON "
+           "Lines file; wins over --save-result's rewrite)", action="store_true", default=False),
     Option(("--result-dir",), "result_dir", BENCH, "output", "(default: current directory)", default="."),
     Option(("--result-filename",), "result_filename", BENCH, "output",
            "(default: vLLM's {label}-{rate}qps-{model}-{date}.json)"),

@@ -79,7 +79,7 @@ def format_vllm_block(metrics: BenchmarkMetrics, *, max_concurrency: int | None 
     lines += [
         float_line("Output token throughput (tok/s):", m.output_throughput),
         float_line("Peak output token throughput (tok/s):", m.max_output_tokens_per_s),
-        float_line("Peak concurrent requests:", m.max_concurrent_requests),
+        float_line("Peak concurrent requests:", m.reported_max_concurrent),
         float_line("Total token throughput (tok/s):", m.total_token_throughput),
     ]
     for key in METRIC_NAMES:

@@ -121,6 +121,7 @@ _REFUSED = {
     "prometheus_port": "--prometheus-port is not available for a sweep yet (each point's result has the "
                        "server's metrics)",
     "goodput": "--goodput: a sweep takes its SLOs from --slo",
+    "append_result": "--append-result: a sweep writes one result JSON per point (and sweep.json)",
 }
 
 

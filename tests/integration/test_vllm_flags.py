@@ -6,6 +6,7 @@ result JSON's always-on per-request lists."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,29 @@ def test_refused_and_bad_flags_are_one_line_exit_2(child_runner, argv: tuple, me
     errors = [line for line in run.stderr.splitlines() if line.startswith("error:") or ": error: " in line]
     assert len(errors) == 1 and message in errors[0], run.stderr[-1500:]
     assert "Traceback" not in run.stderr
+
+
+def test_append_result_makes_a_json_lines_file(child_runner, sim, tmp_path: Path) -> None:
+    sim, _ = sim
+    out = tmp_path / "appended"
+    for _ in range(2):
+        run = child_runner.bench("--base-url", sim.url, *BASE, "--append-result", "--result-dir", out,
+                                 "--result-filename", "runs.jsonl", timeout=120)
+        assert run.returncode == 0, run.describe()
+    lines = (out / "runs.jsonl").read_text().split("\n")
+    assert len(lines) == 2 and all(json.loads(line)["completed"] == 4 for line in lines)
+
+
+def test_the_contract_vllm_bench_sweep_serve_relies_on(child_runner, sim, tmp_path: Path) -> None:
+    """``vllm bench sweep serve --bench-cmd 'llmload bench ...'`` appends exactly these four flags, runs the command
+    with check=True (exit 0 expected) and reads the file back as one JSON object (docs/vllm-compat.md)."""
+    sim, _ = sim
+    out = tmp_path / "exp" / "SERVE--a-BENCH--b"
+    run = child_runner.bench("--base-url", sim.url, *BASE, "--percentile-metrics", "ttft,tpot,itl,e2el",
+                             "--save-result", "--result-dir", out, "--result-filename", "run=0.json", timeout=120)
+    assert run.returncode == 0, run.describe()
+    data = json.loads((out / "run=0.json").read_text())  # one object, standard JSON
+    assert isinstance(data, dict) and data["completed"] == 4
+    for key in ("request_throughput", "output_throughput", "max_concurrency", "median_ttft_ms", "p99_tpot_ms",
+                "mean_itl_ms", "median_e2el_ms", "latencies", "queue_times"):
+        assert key in data, key

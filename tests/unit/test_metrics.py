@@ -16,6 +16,7 @@ from llmload.metrics import (
     tpot_s,
     tpot_steady_s,
 )
+from llmload.summary import format_summary
 
 
 def rec(start: float, chunks: list[float], out: int, **kw) -> RequestRecord:
@@ -227,6 +228,21 @@ def test_peak_tokens_and_concurrency_buckets():
     m2 = compute_metrics([rec(**A), rec(start=0.05, chunks=[0.2, 0.3], out=2)], 1.0)
     assert m2.max_output_tokens_per_s == 5.0
     assert m2.max_concurrent_requests == 2
+
+
+def test_max_concurrent_requests_today_exact_and_0_7_per_second():
+    # A runs 0.0-0.25 s, C 0.5-0.8 s: never at once (today's exact peak 1), but in one second (0.7's count 2)
+    recs = [rec(**A), rec(start=0.5, chunks=[0.6, 0.8], out=2)]
+    today = compute_metrics(recs, 1.0)
+    assert today.max_concurrent_requests == 1 and today.max_concurrent_requests_per_second == 2
+    assert today.to_result_dict()["max_concurrent_requests"] == 1
+    old = compute_metrics(recs, 1.0, vllm_compat="0.7")
+    assert old.to_result_dict()["max_concurrent_requests"] == 2
+    assert "Peak concurrent requests:                2.00" in format_summary(old)
+    assert "Peak concurrent requests:                1.00" in format_summary(today)
+    # one that ends exactly when another starts is not concurrent with it (an end before a start)
+    back_to_back = [rec(start=0.0, chunks=[0.5], out=1), rec(start=0.5, chunks=[0.7], out=1)]
+    assert compute_metrics(back_to_back, 1.0).max_concurrent_requests == 1
 
 
 def test_detailed_lists():
