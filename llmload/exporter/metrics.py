@@ -20,11 +20,11 @@ from llmload.client.failures import CANCELLED, KINDS, kind_of
 from llmload.exporter.collector import Family, snapshot
 from llmload.metrics.definitions import (
     e2el_s,
-    input_tokens,
     is_completed,
     itl_array,
     output_tokens,
     schedule_lag_s,
+    server_input_tokens,
     tpot_s,
     ttft_s,
 )
@@ -58,7 +58,8 @@ FAMILIES: dict[str, tuple[str, str, tuple[str, ...], tuple[float, ...] | None]] 
     "errors": ("llmload_errors_total", "Requests that did not complete, by failure kind (docs/reliability.md).",
                ("kind",), None),
     "output_tokens": ("llmload_output_tokens_total", "Output tokens of completed requests.", (), None),
-    "input_tokens": ("llmload_input_tokens_total", "Prompt tokens of completed requests (the dataset's count).",
+    "input_tokens": ("llmload_input_tokens_total", "Prompt tokens of completed requests (the server's "
+                     "usage.prompt_tokens where reported, else the dataset's: the result's total_input_tokens).",
                      (), None),
     "ttft": ("llmload_ttft_seconds", "Time to first token of completed requests.", (), TTFT_BUCKETS),
     "itl": ("llmload_itl_seconds", "Inter-token latency: every gap between counted events of completed requests.",
@@ -148,7 +149,7 @@ class LiveExporter:
                     f["errors"].inc((*part, kind_of(record)))
                 return
             f["output_tokens"].inc(part, output_tokens(record))
-            f["input_tokens"].inc(part, input_tokens(record))
+            f["input_tokens"].inc(part, server_input_tokens(record))
             for key, value in (("ttft", ttft_s(record)), ("tpot", tpot_s(record)), ("e2el", e2el_s(record))):
                 if value is not None:
                     f[key].histogram(part).observe(value)

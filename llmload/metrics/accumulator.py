@@ -150,8 +150,10 @@ class MetricsAccumulator:
         ttft_rule: str = "content",
         schedule_lags_s: Sequence[float] | None = None,
         late_send_threshold_ms: float = LATE_SEND_MS,
+        vllm_compat: str | None = None,
     ) -> BenchmarkMetrics:
-        """The run's :class:`BenchmarkMetrics`, plus ``by_class`` when more than one class was seen.
+        """The run's :class:`BenchmarkMetrics`, plus ``by_class`` when more than one class was seen; the vLLM
+        keys with the meanings of today's ``vllm bench serve`` (``vllm_compat="0.7"``: 0.7's).
 
         ``goodput_slos``: ``{metric: ms}`` or :func:`~llmload.metrics.parse_goodput`'s structure with
         per-class entries; ``class_slos`` adds (and overrides) per-class ones. ``schedule_lags_s``: how late
@@ -176,6 +178,7 @@ class MetricsAccumulator:
             metrics.by_model = {m: _metrics(*self._select(model=m), ask, None) for m in self.models}
             for m, part in metrics.by_model.items():
                 part.goodput_slos = classes.get(model_key(m)) or (dict(run_slos) if run_slos else None)
+        metrics.follow_vllm(vllm_compat)
         return metrics
 
     # -- live numbers ---------------------------------------------------------------------------------------

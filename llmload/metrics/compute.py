@@ -58,8 +58,7 @@ def compute_metrics(
     metrics = acc.result(duration_s, goodput_slos=goodput_slos, class_slos=class_slos,
                          selected_percentiles=selected_percentiles, selected_metrics=selected_metrics,
                          ttft_rule=ttft_rule, schedule_lags_s=schedule_lags_s,
-                         late_send_threshold_ms=late_send_threshold_ms)
-    metrics.vllm_compat = vllm_compat
+                         late_send_threshold_ms=late_send_threshold_ms, vllm_compat=vllm_compat)
     if slice_duration_s and records:
         from llmload.metrics.slices import time_slices
 

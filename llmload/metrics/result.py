@@ -123,6 +123,9 @@ class BenchmarkMetrics:
     good_requests: int | None = None
     #: requests the client cancelled on purpose (``--cancel-rate``): neither completed nor failed
     cancelled: int = 0
+    #: the dataset's prompt lengths summed over completed requests (vLLM 0.7's ``total_input_tokens``); None
+    #: until :meth:`follow_vllm` decides which count ``total_input`` holds
+    total_input_dataset: int | None = None
     #: ``max_concurrent_requests`` as vLLM 0.7 counted it (the most requests active in one 1-second bucket)
     max_concurrent_requests_per_second: int = 0
     #: ``--vllm-compat``: whose meanings the vLLM keys follow (None: today's vllm bench serve; "0.7")
@@ -130,6 +133,20 @@ class BenchmarkMetrics:
     #: ``--slice-duration``: the slices' length (s) and one dict per slice (:mod:`llmload.metrics.slices`)
     slice_duration: float | None = None
     slices: list[dict[str, Any]] = field(default_factory=list)
+
+    def follow_vllm(self, compat: str | None) -> None:
+        """Take the meanings of the vLLM the run follows (docs/vllm-compat.md): today's ``vllm bench serve``
+        counts input tokens from the server's ``usage.prompt_tokens`` where it reported them, so
+        ``total_input`` (and ``total_token_throughput``) become that count; ``--vllm-compat 0.7`` keeps the
+        dataset's. The dataset's sum stays in ``total_input_dataset`` either way; the parts follow too."""
+        self.vllm_compat = compat
+        if self.total_input_dataset is None:
+            self.total_input_dataset = self.total_input
+        if compat != "0.7" and self.total_input_server is not None:
+            self.total_input = self.total_input_server
+            self.total_token_throughput = (self.total_input + self.total_output) / self.duration
+        for part in (*self.by_class.values(), *self.by_model.values()):
+            part.follow_vllm(compat)
 
     @property
     def reported_max_concurrent(self) -> int:
@@ -197,6 +214,8 @@ class BenchmarkMetrics:
             "prompt_tokens_mismatch": self.prompt_tokens_mismatch,
             "prompt_tokens_server_minus_dataset": self.prompt_tokens_server_minus_dataset,
             "total_input_tokens_server": self.total_input_server,
+            "total_input_tokens_dataset": (self.total_input_dataset if self.total_input_dataset is not None
+                                           else self.total_input),
             "goodput_slos_ms": self.slos_ms(),
         }
 

@@ -152,7 +152,7 @@ def test_result_json_keys(extra, tmp_path: Path) -> None:
     assert result["reasoning"]["total_reasoning_tokens"] == 12
     assert result["prefix_cache"]["cached_tokens"] == 335
     # vLLM's keys are the ones a plain run gives, with the same values for them
-    assert result["completed"] == 6 and result["total_input_tokens"] == 100 + 200 + 300 + 120 + 80 + 50
+    assert result["completed"] == 6 and result["total_input_tokens_dataset"] == 100 + 200 + 300 + 120 + 80 + 50
     write_json(tmp_path / "r.json", result)
     assert json.loads((tmp_path / "r.json").read_text())["turns"][1]["completed"] == 1
     # only one user class: no by_class, so the per-class entries never grow these keys

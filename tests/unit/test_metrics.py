@@ -177,18 +177,23 @@ def test_percentiles_are_linear_over_raw_values():
     assert p[99.9] == pytest.approx(99.901)
 
 
-def test_input_tokens_are_the_datasets_and_the_servers_count_is_kept_beside():
-    # vLLM sums the client-side prompt lengths; the server's usage.prompt_tokens is llmload's own key
+def test_input_tokens_are_the_servers_today_and_the_datasets_under_0_7():
+    # today's vllm bench serve sums the server's usage.prompt_tokens; vLLM 0.7 summed the dataset's lengths
     r1 = rec(**A, server_prompt_tokens=12)  # dataset said 10
     r2 = rec(**B, server_prompt_tokens=10)
     m = compute_metrics([r1, r2], 1.0)
-    assert m.total_input == 20
-    assert m.total_token_throughput == pytest.approx(20 + 8)
+    assert m.total_input == 22 and m.total_token_throughput == pytest.approx(22 + 8)
     d = m.to_result_dict()
-    assert d["total_input_tokens"] == 20
-    assert d["total_input_tokens_server"] == 22
+    assert d["total_input_tokens"] == d["total_input_tokens_server"] == 22
+    assert d["total_input_tokens_dataset"] == 20
     assert d["prompt_tokens_mismatch"] == 1
-    assert d["prompt_tokens_server_minus_dataset"] == 2 == d["total_input_tokens_server"] - d["total_input_tokens"]
+    assert d["prompt_tokens_server_minus_dataset"] == 2
+    old = compute_metrics([r1, r2], 1.0, vllm_compat="0.7").to_result_dict()
+    assert old["total_input_tokens"] == old["total_input_tokens_dataset"] == 20
+    assert old["total_token_throughput"] == pytest.approx(20 + 8)
+    # no server count at all: both meanings are the dataset's
+    plain = compute_metrics([rec(**A), rec(**B)], 1.0).to_result_dict()
+    assert plain["total_input_tokens"] == plain["total_input_tokens_dataset"] == 20
 
 
 def test_server_input_tokens_null_when_no_request_reported_them():
