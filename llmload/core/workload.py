@@ -61,13 +61,15 @@ def replays_trace(options: Any) -> bool:
     return _opt(options, "dataset_name") in TRACE_DATASETS
 
 
-#: the dialects today's ``vllm bench serve`` sends ``ignore_eos`` for with the random dataset
-_RANDOM_IGNORES_EOS = ("vllm", "openai", "openai-chat")
+#: the dialects llmload sends ``ignore_eos`` for with the random dataset, as today's ``vllm bench serve``; vLLM
+#: also does for openai and openai-chat, but strict OpenAI-compatible servers (transformers serve, OpenAI)
+#: answer the unknown field with 422, so there it takes ``--ignore-eos`` (docs/vllm-compat.md)
+_RANDOM_IGNORES_EOS = ("vllm",)
 
 
 def forces_output_len(options: Any) -> bool:
     """A trace fixes every output length: force it with ``max_tokens`` + ``ignore_eos``; so does the random
-    dataset over vLLM's OpenAI dialects, as today's ``vllm bench serve`` (not with ``--vllm-compat 0.7``)."""
+    dataset over ``--backend vllm``, as today's ``vllm bench serve`` (not with ``--vllm-compat 0.7``)."""
     random_dataset = (_opt(options, "dataset_name") == "random" and _opt(options, "backend") in _RANDOM_IGNORES_EOS
                       and getattr(options, "vllm_compat", None) != "0.7")
     return bool(_opt(options, "ignore_eos")) or replays_trace(options) or random_dataset

@@ -22,8 +22,8 @@ pytestmark = pytest.mark.slow
 SIM = f"{sys.executable} -m llmload.cli sim --profile tiny --port {{port}} --max-num-seqs {{max_num_seqs}}"
 #: 64-token answers of the tiny profile take ~130 ms each: one at a time, 16 req/s queues; eight at a time do not
 WORKLOAD = ("--tokenizer", "builtin", "--num-prompts", "12", "--seed", "5", "--sharegpt-output-len", "64",
-            "--ignore-eos", "--no-initial-test", "--no-figures", "--slo", "ttft:300", "--goodput-target", "0.8")
-LOADS = (*WORKLOAD, "--request-rates", "4,16")
+            "--ignore-eos", "--no-initial-test", "--no-figures")
+LOADS = (*WORKLOAD, "--slo", "ttft:300", "--goodput-target", "0.8", "--request-rates", "4,16")
 
 
 def settings_argv(port: int, out: Path, params: str, *extra: str, loads: tuple[str, ...] = LOADS) -> list[str]:
