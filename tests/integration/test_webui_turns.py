@@ -66,13 +66,8 @@ def serve(page, body: dict[str, Any], posted: list[dict[str, Any]] | None = None
     page.route(f"{ORIGIN}/**", handle)
 
 
-def shown_turns(page) -> list[list[str]]:
-    return page.evaluate("() => [...document.querySelectorAll('#llm-turns-body tr')]"
-                         ".map(tr => [...tr.children].map(td => td.textContent))")
-
-
-@pytest.mark.needs("chromium")
-def test_tab_draws_the_turn_table() -> None:
+def playwright_or_skip():
+    """Playwright's sync API with Debian's Chromium, or a skip saying which is missing."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -81,6 +76,17 @@ def test_tab_draws_the_turn_table() -> None:
 
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    return sync_playwright
+
+
+def shown_turns(page) -> list[list[str]]:
+    return page.evaluate("() => [...document.querySelectorAll('#llm-turns-body tr')]"
+                         ".map(tr => [...tr.children].map(td => td.textContent))")
+
+
+@pytest.mark.needs("chromium")
+def test_tab_draws_the_turn_table() -> None:
+    sync_playwright = playwright_or_skip()
     now = [10.0]  # the test starts at 10 s; its records end by 11.4 s; the tab asks at 12 s
     multi = LiveStats([], clock=lambda: now[0])
     multi.source.extend(turn_records(10.0))
@@ -132,14 +138,7 @@ def shown_parts(page) -> dict[str, dict[str, str]]:
 
 @pytest.mark.needs("chromium")
 def test_tab_draws_the_model_table_and_posts_model_slos() -> None:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.skip("playwright is not installed (pip install playwright)")
-    from pathlib import Path
-
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)")
+    sync_playwright = playwright_or_skip()
     now = [10.0]
     stats = LiveStats([], clock=lambda: now[0])
     stats.source.extend(model_records(10.0))
