@@ -228,11 +228,11 @@ def _run_setting(args: argparse.Namespace, setting: Setting, output: Path, argv:
         server = ServerProcess(render(args.serve_cmd, setting.params), folder / "server.log")
         entry["server_log"] = str((folder / "server.log").relative_to(output))
         log(f"Setting {setting.index}/{total} ({setting.label}): starting the server: {' '.join(server.argv)}")
-        server.start()
-        entry["server_pid"] = server.pid
     try:
         if server is not None:
             try:
+                server.start()  # a command that cannot start is the setting's error too
+                entry["server_pid"] = server.pid
                 took = server.wait_ready(_url(args), args.serve_ready_timeout, lambda: signals.signum is not None)
             except ServerError as exc:
                 log(f"error: setting {setting.index} ({setting.label}): {exc}")

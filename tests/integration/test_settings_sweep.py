@@ -108,6 +108,12 @@ def test_a_server_that_fails_is_one_line_and_keeps_the_settings_before(tmp_path:
     assert done.returncode == 1 and "did not answer /health or /v1/models" in done.stderr, done.stderr[-2000:]
     entry = json.loads((tmp_path / "never" / "settings.json").read_text())["settings"][0]
     assert entry["status"] == "server failed" and gone(entry["server_pid"])
+    # a command that cannot start at all: the same one line naming the setting
+    missing = run([*llmload_command(), "sweep", "--serve-cmd", str(tmp_path / "no-such-server"), "--base-url",
+                   f"http://127.0.0.1:{free_port()}", *LOADS, "--output", str(tmp_path / "missing")])
+    errors = [line for line in missing.stderr.splitlines() if line.startswith("error:")]
+    assert missing.returncode == 1 and len(errors) == 1 and "setting 1 (default): cannot start" in errors[0], \
+        missing.stderr[-2000:]
     # usage errors come before any server starts (exit 2)
     bad = run([*llmload_command(), "sweep", "--serve-cmd", "x --n {n}", "--serve-params", "m=1", "--base-url",
                "http://127.0.0.1:9", *LOADS, "--output", str(tmp_path / "bad")])
