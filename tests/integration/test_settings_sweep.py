@@ -157,7 +157,8 @@ def test_trials_repeat_a_sweep_and_report_the_spread(start_sim, tmp_path: Path) 
     done = run([*llmload_command(), "sweep", "--base-url", sim.url, "--tokenizer", "builtin", "--num-prompts", "8",
                 "--sharegpt-output-len", "8", "--ignore-eos", "--request-rates", "20,40", "--slo", "ttft:5000",
                 "--trials", "2", "--no-figures", "--output", str(out)])
-    assert done.returncode == 0, done.stderr[-3000:]
+    # 3: no trial met the SLO, which a loaded machine's client-limited points (never an answer) can make true
+    assert done.returncode in (0, 3), done.stderr[-3000:]
     (entry,) = json.loads((out / "settings.json").read_text())["settings"]
     assert [t["dir"] for t in entry["trials"]] == ["trial-1", "trial-2"] and all(t["finished"] for t in entry["trials"])
     trials = [json.loads((out / f"trial-{k}" / "sweep.json").read_text()) for k in (1, 2)]
