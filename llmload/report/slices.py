@@ -1,7 +1,7 @@
 """The report's time-slice figure ("Latency and throughput per time slice"), drawn when a run was measured with
 ``--slice-duration`` (its result JSON's ``slice_duration``): per slice of the run, TTFT p50 and p99, TPOT p50
 and the output tokens/s, recomputed from the records (:func:`llmload.metrics.time_slices`, the numbers of the
-result JSON's ``slices``); ``llmload compare`` overlays the runs, one colour each. The plotted series go into
+result JSON's ``slices``, through :attr:`RunStats.metrics`); ``llmload compare`` overlays the runs, one colour each. The plotted series go into
 ``slices.json`` beside the figure."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from llmload.metrics import time_slices
 from llmload.report.plotting import colour
 from llmload.report.stats import RunStats
 
@@ -18,23 +17,14 @@ from llmload.report.stats import RunStats
 SLICES_FIGURE = ("slices", "Latency and throughput per time slice")
 
 
-def slice_duration(stats: RunStats) -> float | None:
-    value = stats.run.summary.get("slice_duration")
-    return float(value) if isinstance(value, (int, float)) and value > 0 else None
-
-
 def slices_of(stats: RunStats) -> list[dict[str, Any]]:
-    """The run's slices from its records (empty without ``--slice-duration`` or per-request times)."""
-    width = slice_duration(stats)
-    if width is None or not stats.run.has_timestamps or not stats.run.records:
-        return []
-    records = stats.run.records
-    end = min(r.start for r in records) + stats.run.duration
-    return time_slices(records, width, end=end, goodput_slos=stats.goodput_slos or stats.run.goodput_slos)
+    """The run's slices (computed once, with its metrics); empty without ``--slice-duration`` or per-request
+    times."""
+    return stats.metrics.slices
 
 
 def any_slices(stats: list[RunStats]) -> bool:
-    return any(slice_duration(s) is not None and s.run.has_timestamps for s in stats)
+    return any(s.slice_duration is not None and s.run.has_timestamps for s in stats)
 
 
 def fig_slices(plt, stats: list[RunStats]):
@@ -50,7 +40,7 @@ def fig_slices(plt, stats: list[RunStats]):
         tput.step([r["start_s"] for r in rows] + [rows[-1]["end_s"]],
                   [r["output_throughput"] for r in rows] + [rows[-1]["output_throughput"]], where="post",
                   color=colour(i), linewidth=1.4, label=s.run.label)
-    widths = sorted({w for s in stats if (w := slice_duration(s)) is not None})
+    widths = sorted({w for s in stats if (w := s.slice_duration) is not None})
     lat.set(title=f"TTFT per slice ({', '.join(f'{w:g}' for w in widths)} s; requests by send time)",
             ylabel="ms")
     tput.set(title="output tokens/s per slice (tokens by arrival time)", ylabel="tokens/s",
@@ -63,4 +53,4 @@ def fig_slices(plt, stats: list[RunStats]):
 
 def write_slices_json(stats: list[RunStats], path: Path) -> None:
     """The plotted series: ``{run label: [slice, ...]}``."""
-    path.write_text(json.dumps({s.run.label: slices_of(s) for s in stats if slices_of(s)}, indent=2) + "\n")
+    path.write_text(json.dumps({s.run.label: rows for s in stats if (rows := slices_of(s))}, indent=2) + "\n")

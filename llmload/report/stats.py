@@ -53,11 +53,19 @@ class RunStats:
         except (TypeError, ValueError, LLMLoadError):
             return Deployment()
 
+    @property
+    def slice_duration(self) -> float | None:
+        """The run's ``--slice-duration`` (its result JSON's ``slice_duration``); None without one."""
+        value = self.run.summary.get("slice_duration")
+        return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
     @cached_property
     def metrics(self) -> BenchmarkMetrics:
+        """The run's metrics, and its time slices when it was measured with them and has per-request times."""
         return compute_metrics(
             self.run.records, self.run.duration, goodput_slos=self.goodput_slos or self.run.goodput_slos,
             selected_percentiles=self.run.percentiles, selected_metrics=("ttft", "tpot", "itl", "e2el"),
+            slice_duration_s=self.slice_duration if self.run.has_timestamps else None,
         )
 
     def values(self, key: str) -> np.ndarray:
