@@ -52,7 +52,8 @@ def gone(pid: int) -> bool:
 def test_two_settings_two_servers_and_their_answers(tmp_path: Path) -> None:
     out = tmp_path / "settings"
     done = run(settings_argv(free_port(), out, "max_num_seqs=1,8", "--gpus", "2", "--gpu-hour-cost", "2.0"))
-    assert done.returncode == 0, done.stderr[-3000:]
+    # exit 3: no setting met the SLO, which client-limited points on a loaded machine can rightly make true
+    assert done.returncode in (0, 3), done.stderr[-3000:]
     data = json.loads((out / "settings.json").read_text())
     assert data["finished"] and [s["params"] for s in data["settings"]] == [{"max_num_seqs": "1"},
                                                                             {"max_num_seqs": "8"}]
@@ -78,6 +79,7 @@ def test_two_settings_two_servers_and_their_answers(tmp_path: Path) -> None:
     assert small[16.0]["goodput"] < 0.8 and small[16.0]["ttft_ms"]["median"] > large[16.0]["ttft_ms"]["median"]
     assert answers[0] == 4.0 or small[4.0]["client_limited"], small[4.0]
     assert answers[1] == 16.0 or large[16.0]["client_limited"], large[16.0]
+    assert (done.returncode == 3) == (answers == [None, None]), (done.returncode, answers)
     assert "Settings Result" in done.stdout and "max_num_seqs=8" in done.stdout
     # the report of the settings sweep: both settings' sweeps overlaid, and one Pareto front over their points
     report = run([*llmload_command(), "report", str(out), "--output", str(tmp_path / "report")])
