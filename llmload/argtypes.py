@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from llmload.choices import METRIC_NAMES
+from llmload.choices import PERCENTILE_METRIC_NAMES
 
 ArgumentTypeError = argparse.ArgumentTypeError
 
@@ -128,7 +128,8 @@ def percentiles(text: str) -> list[float]:
 def metric_names(text: str) -> list[str]:
     """Comma-separated metric names from vLLM's ``--percentile-metrics``."""
     names = [x.strip() for x in text.split(",") if x.strip()]
-    unknown = [n for n in names if n not in METRIC_NAMES]
+    unknown = [n for n in names if n not in PERCENTILE_METRIC_NAMES]
     if unknown or not names:
-        raise ArgumentTypeError(f"unknown metric {', '.join(unknown) or text!r} (use {','.join(METRIC_NAMES)})")
+        raise ArgumentTypeError(f"unknown metric {', '.join(unknown) or text!r} (use "
+                                f"{','.join(PERCENTILE_METRIC_NAMES)})")
     return names

@@ -10,6 +10,11 @@ from __future__ import annotations
 
 #: vLLM's ``--percentile-metrics`` names, in the order vLLM reports them
 METRIC_NAMES = ("ttft", "tpot", "itl", "e2el")
+#: today's ``vllm bench serve``'s client-side queue metrics (completed requests; need ``--max-concurrency``, the
+#: second also a finite ``--request-rate``), reported after :data:`METRIC_NAMES`
+QUEUE_METRIC_NAMES = ("client_queue_time", "e2el_including_client_queue")
+#: every name ``--percentile-metrics`` takes
+PERCENTILE_METRIC_NAMES = (*METRIC_NAMES, *QUEUE_METRIC_NAMES)
 
 #: ``--ttft-rule``: which streamed event counts as the first token (content: first text; vllm: first choices)
 TTFT_RULES = ("content", "vllm")

@@ -215,6 +215,10 @@ def execute(plan: RunPlan, run: Run, user: Any, env: Any, interrupts: Any, stack
     on_record = live.chain(lambda record: (observer.on_record(record), progress.on_record(record)))
     health = HealthMonitor(reactor=user.pool.reactor)
     journal = open_journal(plan)
+    from llmload.bench.vllm_extras import RunExtras
+
+    extras = RunExtras(plan, run, user)
+    extras.begin()
     interrupts.raise_if_interrupted()
     interrupts.start_run(args.stop_timeout)
     if not args.disable_tqdm:
@@ -229,11 +233,12 @@ def execute(plan: RunPlan, run: Run, user: Any, env: Any, interrupts: Any, stack
                 master.bench.on_record, master.bench.journal = on_record, journal
                 outcome = master.run(run_config(plan, run.target), run.schedule, interrupts, args)
     finally:
+        outcome_extras = extras.end()
         observed = observer.finish()
         health.stop()
         if not args.disable_tqdm:
             progress.stop()
-    outcome.observed, outcome.journal = observed, journal
+    outcome.observed, outcome.journal, outcome.extras = observed, journal, outcome_extras
     interrupts.start_report()
     # with --request-rate inf every request is due at once: how long spawning them took is not client lag
     report = health.report(outcome.schedule_lags_s if plan.config.spec.open_loop_lag_counts else None)

@@ -55,7 +55,7 @@ def conclude(done: Finished) -> Concluded:
     measured = done.run.finish(outcome)
     records, metrics = measured.records, measured.metrics
     health_report = judge(done.health, metrics.itl.median_ms)
-    _print_summary(done, metrics, health_report)
+    _print_summary(done, metrics, records, health_report)
     data = result_data(done, metrics, records, health_report)
     paths: tuple[Path | None, Path | None] = (None, None)
     wrote = True
@@ -78,16 +78,22 @@ def _exit_code(args: argparse.Namespace, metrics: Any, outcome: Outcome, wrote: 
     return _threshold_exit(args, metrics)
 
 
-def _print_summary(done: Finished, metrics: Any, health_report: dict[str, Any]) -> None:
+def _print_summary(done: Finished, metrics: Any, records: list, health_report: dict[str, Any]) -> None:
+    """vLLM's capped list of failed requests, the summary blocks, the accounting and the server's block."""
     from llmload.interrupts import signal_name
-    from llmload.summary import format_accounting, format_summary
+    from llmload.summary import format_accounting, format_failed_requests, format_summary
 
     args, outcome = done.plan.args, done.outcome
     from llmload.metrics import deployment_from
 
+    failed = format_failed_requests([r.error or r.failure_kind for r in records
+                                     if not (r.success or r.cut_off or getattr(r, "cancelled", False))])
+    if failed:
+        print(failed)
     print(format_summary(metrics, backend_label=args.backend, request_rate=args.request_rate,
                          burstiness=args.burstiness, max_concurrency=args.max_concurrency,
-                         client_health=health_report, deployment=deployment_from(args)), flush=True)
+                         client_health=health_report, deployment=deployment_from(args), extras=outcome.extras),
+          flush=True)
     interrupted = signal_name(outcome.interrupted_by) if outcome.interrupted_by is not None else None
     print(format_accounting(not_sent=outcome.unsent, planned=done.run.planned, interrupted_by=interrupted,
                             workers=outcome.workers, lost=outcome.lost))
@@ -115,7 +121,7 @@ def result_data(done: Finished, metrics: Any, records: list, health_report: dict
                  not_sent=outcome.unsent, interrupted_by=outcome.interrupted_by, observed=outcome.observed,
                  workers=outcome.workers, lost=outcome.lost, metadata=plan.metadata,
                  detailed=request_lists(records, metrics, detailed=bool(args.save_detailed)),
-                 workload=done.run.workload)
+                 workload=done.run.workload, extras=outcome.extras)
 
 
 def journal_path(args: argparse.Namespace) -> Path:

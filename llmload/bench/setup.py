@@ -86,9 +86,7 @@ def initial_test(user: Any, sample: Any, base_url: str, args: argparse.Namespace
 
     ticker = gevent.spawn(still_waiting)
     try:
-        from llmload.core.schedule import INITIAL_TEST_ID, Scheduled
-
-        probe = user.send(Scheduled(-1, 0.0, sample, INITIAL_TEST_ID))
+        probe = _until_ready(user, sample, float(getattr(args, "ready_check_timeout_sec", 0) or 0))
     finally:
         ticker.kill()
     if probe.success:
@@ -101,3 +99,23 @@ def initial_test(user: Any, sample: Any, base_url: str, args: argparse.Namespace
         "connect": "check --base-url (or --host/--port) and that the server is up",
     }.get(kind) or "check --base-url, --backend, --endpoint and --model"
     raise EndpointError(f"initial test request to {redact_url(base_url)}{user._path} failed: {probe.error} ({hint})")
+
+
+def _until_ready(user: Any, sample: Any, timeout_s: float) -> Any:
+    """The initial test's record: one try, or with ``--ready-check-timeout-sec`` tries every ≤ 5 s until one
+    succeeds or the time is up (vLLM's ready check: a server still loading its model is not an error yet)."""
+    import gevent
+
+    from llmload.core.schedule import INITIAL_TEST_ID, Scheduled
+
+    if timeout_s > 0:
+        log(f"Waiting for endpoint to become up in {timeout_s:g} seconds")
+    deadline = perf_counter() + timeout_s
+    while True:
+        record = user.send(Scheduled(-1, 0.0, sample, INITIAL_TEST_ID))
+        left = deadline - perf_counter()
+        if record.success or left <= 0:
+            return record
+        last = (str(record.error or "").strip().splitlines() or [""])[-1]
+        log(f"  Endpoint is not ready. Error={last!r}; trying again ({left:.0f} s left)")
+        gevent.sleep(min(5.0, left))

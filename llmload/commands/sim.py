@@ -53,6 +53,12 @@ def _server_and_timing(parser: argparse.ArgumentParser) -> None:
                      help="adapters loaded at a time, least recently used out first (default: %(default)s)")
     net.add_argument("--lora-load-ms", type=argtypes.non_negative, default=20.0, metavar="MS",
                      help="what loading an adapter that is not loaded adds before its prefill (default: %(default)s)")
+    net.add_argument("--num-speculative-tokens", type=argtypes.non_negative_int, default=0, metavar="K",
+                     help="serve vLLM's vllm:spec_decode_* counters for drafts of K tokens (counters only: the "
+                          "timing does not change; default: none)")
+    net.add_argument("--spec-acceptance", type=argtypes.range_ratio, default=0.7, metavar="A",
+                     help="with --num-speculative-tokens: draft position i is accepted with probability "
+                          "A^(i+1) (default: %(default)s)")
     net.add_argument("--dialect", choices=DIALECTS, default="vllm",
                      help="stream quirks of which engine to reproduce (default: %(default)s)")
     net.add_argument("--max-model-len", type=argtypes.positive_int, default=32768, help="prompt + max_tokens limit")
@@ -159,7 +165,8 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         host=args.host, port=args.port, model=args.model.split(",")[0].strip(), dialect=args.dialect, profile=profile,
         extra_models=tuple(m.strip() for m in args.model.split(",")[1:] if m.strip()),
         lora_modules=tuple(m.strip() for m in args.lora_modules.split(",") if m.strip()), max_loras=args.max_loras,
-        lora_load_ms=args.lora_load_ms,
+        lora_load_ms=args.lora_load_ms, num_speculative_tokens=args.num_speculative_tokens,
+        spec_acceptance=args.spec_acceptance,
         ttft_ms=args.ttft_ms, itl_ms=args.itl_ms, tokens_per_chunk=args.tokens_per_chunk, seed=args.seed,
         eos_prob=args.eos_prob, default_max_tokens=args.default_max_tokens, max_model_len=args.max_model_len,
         faults=Faults(

@@ -18,12 +18,17 @@ def result_data(*, options: Any, metrics: Any, model_id: str, tokenizer_id: str,
                 health: dict[str, Any] | None, not_sent: int, interrupted_by: int | None = None,
                 observed: Any = None, workers: list[dict[str, Any]] | None = None, lost: int = 0,
                 metadata: dict[str, str] | None = None, detailed: dict[str, Any] | None = None,
-                when: datetime | None = None, workload: Any = None, records: Any = None) -> dict[str, Any]:
+                when: datetime | None = None, workload: Any = None, records: Any = None,
+                extras: dict[str, Any] | None = None) -> dict[str, Any]:
     """The result JSON's content. ``options``: the run's parsed options (bench's or Locust's: the same table);
     ``base_url`` as it may be shown (credentials masked); ``workers``/``lost`` only for a distributed run;
     ``detailed``: the per-request lists (:func:`llmload.metrics.request_lists`: ``latencies`` and
     ``queue_times`` always, vLLM's ``--save-detailed`` ones when asked), else made here from ``records``;
-    ``workload``: the run's :class:`~llmload.core.run.Workload` (a KV-cache trace's own reuse)."""
+    ``workload``: the run's :class:`~llmload.core.run.Workload` (a KV-cache trace's own reuse); ``extras``:
+    today's vLLM's keys measured beside the requests (probes, ``rps_change_events``, ``spec_decode_*``)."""
+    from llmload.core.ramp_events import ramp_keys
+    from llmload.core.workload import schedule_spec
+
     rate = float(option_value(options, "request_rate"))
     data: dict[str, Any] = {
         "date": (when or datetime.now()).strftime("%Y%m%d-%H%M%S"),
@@ -39,6 +44,7 @@ def result_data(*, options: Any, metrics: Any, model_id: str, tokenizer_id: str,
         "request_rate": "inf" if math.isinf(rate) else rate,
         "burstiness": options.burstiness,
         "max_concurrency": getattr(options, "max_concurrency", None) or None,
+        **ramp_keys(schedule_spec(options)),
         **metrics.to_result_dict(),
         "client_health": health,
         "not_sent": not_sent,
@@ -60,6 +66,7 @@ def result_data(*, options: Any, metrics: Any, model_id: str, tokenizer_id: str,
 
         detailed = request_lists(records, metrics)
     data["rtfx"] = 0.0  # vLLM's inverse real-time factor: audio input seconds per second; no audio here
+    data.update(extras or {})
     if detailed:
         data.update(detailed)
     return data

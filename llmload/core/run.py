@@ -15,6 +15,7 @@ drive this; what differs between them is how they start processes and where they
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,7 +95,7 @@ class RunConfig:
             parse_think_time(think)  # a bad spec fails here, not at the first request
         shaping_from(options)  # a bad --extra-body or --header too
         return cls(spec=spec, goodput=parse_goodput(goodput) if goodput else None,
-                   percentiles=tuple(options.metric_percentiles), metrics=tuple(options.percentile_metrics),
+                   percentiles=tuple(options.metric_percentiles), metrics=reported_metrics(options, spec),
                    ttft_rule=options.ttft_rule, backend=options.backend,
                    conversation=check_conversation_options(options), think=think,
                    max_concurrency=getattr(options, "max_concurrency", None) or None,
@@ -102,6 +103,16 @@ class RunConfig:
                    deployment=deployment_from(options),
                    slice_duration=float(getattr(options, "slice_duration", None) or 0.0) or None,
                    vllm_compat=getattr(options, "vllm_compat", None) or None)
+
+
+def reported_metrics(options: Any, spec: ScheduleSpec) -> tuple[str, ...]:
+    """``--percentile-metrics`` as today's ``vllm bench serve`` applies it: ``client_queue_time`` only with
+    ``--max-concurrency`` (no other wait exists), ``e2el_including_client_queue`` only with it and a finite
+    ``--request-rate``; a name that does not apply is left out, as vLLM does."""
+    limited = bool(getattr(options, "max_concurrency", None))
+    applies = {"client_queue_time": limited,
+               "e2el_including_client_queue": limited and math.isfinite(spec.request_rate)}
+    return tuple(name for name in options.percentile_metrics if applies.get(name, True))
 
 
 @dataclass(frozen=True)
@@ -181,6 +192,9 @@ class Outcome:
     observed: Any = None
     #: where the records were written as they arrived (:class:`llmload.client.records.journal.RecordJournal`)
     journal: Any = None
+    #: today's vLLM's keys measured beside the requests: probes, rate changes, spec decoding
+    #: (:class:`llmload.bench.vllm_extras.RunExtras`)
+    extras: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ _EXPORTS = {
     "histogram": ("LogHistogram",),
     "peaks": ("peak_per_second", "token_times"),
     "percentiles": ("linear_percentiles", "rank_bucket"),
-    "result": ("BenchmarkMetrics", "Distribution", "METRIC_NAMES", "TTFT_RULES", "DETAILED_KEYS",
+    "result": ("BenchmarkMetrics", "Distribution", "METRIC_NAMES", "QUEUE_METRIC_NAMES", "TTFT_RULES", "DETAILED_KEYS",
                "percentile_label"),
     "slices": ("time_slices",),
     "slos": ("parse_goodput", "split_slos", "slos_for", "check_slos", "form_items"),

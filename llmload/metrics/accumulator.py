@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any
 from llmload.errors import ConfigError
 from llmload.metrics.columns import ALIGNED, Tally, Values, joined
 from llmload.metrics.conversations import ConversationTally
-from llmload.metrics.definitions import LATE_SEND_MS, METRICS, is_completed, late_sends
+from llmload.metrics.definitions import LATE_SEND_MS, METRICS, QUEUE_METRICS, is_completed, late_sends
 from llmload.metrics.histogram import LogHistogram
 from llmload.metrics.peaks import peak_overlap, peak_per_second
-from llmload.metrics.result import METRIC_NAMES, TTFT_RULES, BenchmarkMetrics, Distribution
+from llmload.metrics.result import PERCENTILE_METRIC_NAMES, TTFT_RULES, BenchmarkMetrics, Distribution
 from llmload.metrics.slos import check_slos, model_key, slos_for, split_slos
 
 if TYPE_CHECKING:
@@ -221,7 +221,7 @@ class MetricsAccumulator:
 
 def _values(groups: Sequence[_Group], key: str) -> np.ndarray | LogHistogram:
     """A metric's values (seconds) over the groups: exact, or the merged ITL histogram past the limit."""
-    if not METRICS[key].pooled:
+    if key in QUEUE_METRICS or not METRICS[key].pooled:
         columns = [g.values.aligned[key] if key in ALIGNED else g.values.sent[key] for g in groups]
         return joined(columns, finite=key in ALIGNED)
     exact = [p.exact for g in groups if (p := g.values.itl).exact is not None]
@@ -273,6 +273,8 @@ def _metrics(groups: Sequence[_Group], tally: Tally, ask: _Ask, lags_s: Sequence
         prompt_tokens_mismatch=tally.prompt_mismatch, prompt_tokens_server_minus_dataset=tally.prompt_diff,
         total_input_server=tally.total_input_server if tally.server_reported else None,
         failures_by_kind=by_kind, failure_examples=examples,
+        client_queue={k: Distribution.of(_exact(groups, k), ask.percentiles) for k in QUEUE_METRICS
+                      if k in ask.metrics},
     )
 
 
@@ -287,8 +289,9 @@ def _validate(ask: _Ask) -> None:
     if not ask.duration > 0:
         raise ConfigError(f"benchmark duration must be > 0 s, got {ask.duration}")
     for name in ask.metrics:
-        if name not in METRIC_NAMES:
-            raise ConfigError(f"--percentile-metrics: unknown metric {name!r} (use {', '.join(METRIC_NAMES)})")
+        if name not in PERCENTILE_METRIC_NAMES:
+            raise ConfigError(f"--percentile-metrics: unknown metric {name!r} (use "
+                              f"{', '.join(PERCENTILE_METRIC_NAMES)})")
     for p in ask.percentiles:
         if not 0 <= p <= 100:
             raise ConfigError(f"--metric-percentiles: {p} is outside 0..100")

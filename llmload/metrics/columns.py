@@ -15,6 +15,7 @@ from llmload.client.failures import kind_of
 from llmload.metrics.definitions import (
     GOODPUT_MISSING,
     METRICS,
+    QUEUE_METRICS,
     SENT,
     input_tokens,
     meets_slo,
@@ -26,7 +27,9 @@ if TYPE_CHECKING:
     from llmload.client.records import RequestRecord
 
 #: latency metrics taken from completed requests, one value each (aligned: NaN where it does not apply)
-ALIGNED = tuple(k for k, m in METRICS.items() if m.applies_to != SENT and not m.pooled)
+ALIGNED = (*(k for k, m in METRICS.items() if m.applies_to != SENT and not m.pooled), *QUEUE_METRICS)
+#: every metric a column holds
+_ALL = {**METRICS, **QUEUE_METRICS}
 #: latency metrics taken from every request sent, where they exist
 SENT_KEYS = tuple(k for k, m in METRICS.items() if m.applies_to == SENT)
 #: :class:`Tally`'s plain counters (what :meth:`Tally.merged` adds up)
@@ -156,7 +159,7 @@ class Values:
         if not completed:
             return
         for key, column in self.aligned.items():
-            value = METRICS[key].value(r)
+            value = _ALL[key].value(r)
             column.append(math.nan if value is None else float(value))
         if len(r.chunk_times) > 1:
             self.itl.extend(METRICS["itl"].value(r))

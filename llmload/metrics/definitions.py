@@ -194,6 +194,19 @@ METRICS: Mapping[str, Metric] = MappingProxyType({m.key: m for m in (
     Metric("queue_time", "Queue time", "s", SENT, queue_time_s),
     Metric("schedule_lag", "Schedule lag", "s", SENT, schedule_lag_s),
 )})
+def e2el_including_client_queue_s(record: RequestRecord) -> float | None:
+    """E2EL including the client queue = E2EL + queue time (seconds): today's vLLM's latency as the user saw it,
+    counted from the request's intended send; None in closed loop."""
+    e2el, queue = e2el_s(record), queue_time_s(record)
+    return None if e2el is None or queue is None else e2el + queue
+
+
+#: today's ``vllm bench serve``'s client-side queue metrics, over completed requests (``--percentile-metrics
+#: client_queue_time,e2el_including_client_queue``): kept apart from :data:`METRICS`, which the live tab shows
+QUEUE_METRICS: Mapping[str, Metric] = MappingProxyType({m.key: m for m in (
+    Metric("client_queue_time", "Client queue time", "s", COMPLETED, queue_time_s),
+    Metric("e2el_including_client_queue", "E2EL incl. client queue", "s", COMPLETED, e2el_including_client_queue_s),
+)})
 #: the metrics ``--goodput`` accepts, and the per-request value each SLO is checked against
 GOODPUT_VALUES: Mapping[str, Callable[[Any], float | None]] = MappingProxyType(
     {"ttft": ttft_s, "tpot": tpot_s, "e2el": e2el_s})

@@ -9,7 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from llmload.choices import METRIC_NAMES, TTFT_RULES  # noqa: F401  (re-exported; one spelling: llmload.choices)
+from llmload.choices import (  # noqa: F401  (re-exported; one spelling: llmload.choices)
+    METRIC_NAMES,
+    PERCENTILE_METRIC_NAMES,
+    QUEUE_METRIC_NAMES,
+    TTFT_RULES,
+)
 from llmload.metrics.percentiles import linear_percentiles
 
 if TYPE_CHECKING:
@@ -133,6 +138,9 @@ class BenchmarkMetrics:
     #: ``--slice-duration``: the slices' length (s) and one dict per slice (:mod:`llmload.metrics.slices`)
     slice_duration: float | None = None
     slices: list[dict[str, Any]] = field(default_factory=list)
+    #: today's vLLM's client-side queue metrics asked for with ``--percentile-metrics`` (:data:`QUEUE_METRICS
+    #: <llmload.metrics.definitions.QUEUE_METRICS>`), over completed requests; empty when none was
+    client_queue: dict[str, Distribution] = field(default_factory=dict)
 
     def follow_vllm(self, compat: str | None) -> None:
         """Take the meanings of the vLLM the run follows (docs/vllm-compat.md): today's ``vllm bench serve``
@@ -183,6 +191,8 @@ class BenchmarkMetrics:
         for name in METRIC_NAMES:
             if name in self.selected_metrics:
                 result.update(getattr(self, name).keys(name))
+        for name, dist in self.client_queue.items():
+            result.update(dist.keys(name))
         result.update(self._own_keys())
         result.update(self.tpot_steady.keys("tpot_steady"))
         result.update(self.queue_time.keys("queue_time", with_max=True))

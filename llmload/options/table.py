@@ -21,6 +21,7 @@ from llmload.choices import (
 from llmload.client.backends import BACKENDS
 from llmload.datasets import DATASET_NAMES
 from llmload.options.request_options import REQUEST_OPTIONS
+from llmload.options.run_options import RUN_OPTIONS
 from llmload.options.spec import Option, Scope
 
 #: the number of prompts without ``--num-prompts``, and against the built-in simulator
@@ -357,7 +358,7 @@ _WEB_UI = (
 )
 
 #: every llmload option, in ``llmload bench --help`` order within each group
-OPTIONS: tuple[Option, ...] = (*_TARGET, *_WORKLOAD, *REQUEST_OPTIONS, *_TRACE, *_CONVERSATIONS, *_ARRIVALS, *_METRICS, *_TIMEOUTS,
+OPTIONS: tuple[Option, ...] = (*_TARGET, *_WORKLOAD, *REQUEST_OPTIONS, *_TRACE, *_CONVERSATIONS, *_ARRIVALS, *_METRICS, *_TIMEOUTS, *RUN_OPTIONS,
                                *_DISTRIBUTED, *_SERVER, *_OUTPUT, *_GATES, *_LOCUST_ONLY, *_WEB_UI)
 
 

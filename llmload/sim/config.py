@@ -126,6 +126,10 @@ class SimConfig:
     lora_modules: tuple[str, ...] = ()
     max_loras: int = 1
     lora_load_ms: float = 20.0
+    #: ``--num-speculative-tokens``: serve vLLM's spec-decode counters for drafts of this many tokens (0: none),
+    #: each position accepted with probability ``spec_acceptance ** (i + 1)`` (:mod:`llmload.sim.metrics.spec_decode`)
+    num_speculative_tokens: int = 0
+    spec_acceptance: float = 0.7
     dialect: str = "vllm"
     profile: Profile = field(default_factory=lambda: PROFILES[DEFAULT_PROFILE])
     #: fixed-timing mode when both are set: every request gets exactly these times

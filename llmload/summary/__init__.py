@@ -12,6 +12,8 @@ from llmload.summary.block import (
     format_vllm_block,
 )
 from llmload.summary.lines import EXAMPLE_CHARS, WIDTH, float_line, heading, int_line
+from llmload.summary.vllm_sections import format_failed_requests
 
-__all__ = ["EXAMPLE_CHARS", "WIDTH", "failure_lines", "float_line", "format_accounting", "format_class_block", "format_llmload_block",
+__all__ = ["EXAMPLE_CHARS", "WIDTH", "failure_lines", "float_line", "format_accounting", "format_class_block", "format_failed_requests",
+           "format_llmload_block",
            "format_run_header", "format_summary", "format_vllm_block", "heading", "int_line"]

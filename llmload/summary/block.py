@@ -10,11 +10,13 @@ for a run with more than one user class, one section per class (last, so the lin
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from llmload.metrics import METRIC_NAMES, BenchmarkMetrics, Distribution, percentile_label
 from llmload.summary.conversations import format_conversation_blocks
 from llmload.summary.lines import EXAMPLE_CHARS, WIDTH, float_line, heading, int_line
+from llmload.summary.vllm_sections import probe_lines, queue_lines, spec_decode_lines
 
 #: metric -> (label in lines, section title), as vLLM prints them
 _SECTIONS = {
@@ -58,9 +60,10 @@ def format_run_header(
 
 
 def format_vllm_block(metrics: BenchmarkMetrics, *, max_concurrency: int | None = None,
-                      request_rate: float | None = None) -> str:
+                      request_rate: float | None = None, extras: Mapping[str, Any] | None = None) -> str:
     """Today's ``vllm bench serve`` ``Serving Benchmark Result`` block, line for line (docs/vllm-compat.md):
-    failed requests after the successful ones, the configured rate when it is finite."""
+    failed requests after the successful ones, the configured rate when it is finite; ``extras``: the result's
+    ``probe_*`` and ``spec_decode_*`` keys, whose sections appear when they are there."""
     m = metrics
     lines = [heading(" Serving Benchmark Result "), int_line("Successful requests:", m.completed),
              int_line("Failed requests:", m.failed)]
@@ -82,11 +85,14 @@ def format_vllm_block(metrics: BenchmarkMetrics, *, max_concurrency: int | None 
         float_line("Peak concurrent requests:", m.reported_max_concurrent),
         float_line("Total token throughput (tok/s):", m.total_token_throughput),
     ]
+    lines += probe_lines(extras or {})
     for key in METRIC_NAMES:
         if key in m.selected_metrics:
             name, title = _SECTIONS[key]
             lines.append(heading(title, "-"))
             lines += _distribution_lines(getattr(m, key), name)
+    lines += queue_lines(m)
+    lines += spec_decode_lines(extras or {})
     lines.append("=" * WIDTH)
     return "\n".join(lines)
 
@@ -235,13 +241,14 @@ def format_summary(
     max_concurrency: int | None = None,
     client_health: dict[str, Any] | None = None,
     deployment: Any = None,
+    extras: Mapping[str, Any] | None = None,
 ) -> str:
-    """vLLM's block, llmload's block, the conversation, prefix-cache and reasoning blocks when the run has that
+    """vLLM's block (with ``extras``' sections: :func:`format_vllm_block`), llmload's block, the conversation, prefix-cache and reasoning blocks when the run has that
     data (:mod:`llmload.summary.conversations`), then the per-class block when there is one (no trailing
     newline)."""
 
     blocks = [
-        format_vllm_block(metrics, max_concurrency=max_concurrency, request_rate=request_rate),
+        format_vllm_block(metrics, max_concurrency=max_concurrency, request_rate=request_rate, extras=extras),
         format_llmload_block(
             metrics,
             backend_label=backend_label,

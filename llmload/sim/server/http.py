@@ -136,7 +136,8 @@ class HttpFront:
             self._respond(conn, 200, orjson.dumps(self.stats()))
             self.loop.reset_lateness()
         elif path == "/metrics" and method == "GET":
-            self._respond(conn, 200, self.exposition.render() + self._lora_info(), content_type=CONTENT_TYPE)
+            page = self.exposition.render() + self._lora_info() + self._spec_decode()
+            self._respond(conn, 200, page, content_type=CONTENT_TYPE)
         else:
             err = openai_error(404, f"no route for {method} {path}", "NotFoundError")
             self._respond(conn, 404, err.body)
@@ -157,6 +158,18 @@ class HttpFront:
                 b"# TYPE vllm:lora_requests_info gauge\n"
                 b'vllm:lora_requests_info{max_lora="%d",running_lora_adapters="%s",waiting_lora_adapters="%s"} %.3f\n'
                 % (self.adapters.max_loras, ",".join(running).encode(), ",".join(waiting).encode(), time.time()))
+
+    def _spec_decode(self) -> bytes:
+        """vLLM's spec-decode counters, from every worker's generated tokens (vLLM dialect, with
+        ``--num-speculative-tokens``)."""
+        config = self.config
+        if not config.num_speculative_tokens or config.dialect != "vllm":
+            return b""
+        from llmload.sim.metrics.spec_decode import render_spec_decode
+
+        shared = self.exposition.shared
+        generated = sum(shared.scalar(i, "generation_tokens") for i in range(shared.workers))
+        return render_spec_decode(generated, config.num_speculative_tokens, config.spec_acceptance, config.model)
 
     def _model_card(self, name: str, parent: str | None = None) -> dict:
         # llmload_tokenizer: the tokenizer a client should count with (llmload.target.describe_server):
