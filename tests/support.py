@@ -230,3 +230,25 @@ class ChildProcesses:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def json_type(value: object) -> str:
+    """The JSON type of a value, lists with the types of their items: ``list[list[number]]``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        items = {json_type(v) for v in value}
+        # vLLM writes TTFT 0.0 and ITL lists empty for a failed request: an empty list fits any list
+        items.discard("list[]")
+        if items >= {"list[number]"}:
+            items.discard("list[int]")
+        return f"list[{'|'.join(sorted(items))}]"
+    return type(value).__name__

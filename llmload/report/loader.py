@@ -227,7 +227,9 @@ def _list(data: dict[str, Any], key: str, n: int, path: Path, default: Any) -> l
 
 
 def _from_detailed(data: dict[str, Any], path: Path) -> Run:
-    """Rebuild records from vLLM's per-request lists: start 0, first token at TTFT, one chunk per ITL."""
+    """Rebuild records from vLLM's per-request lists: first token at TTFT, one chunk per ITL; from start 0, or,
+    in today's ``vllm bench serve`` files, from ``start_times`` (its send times; ``queue_times`` the wait before),
+    which puts the runs' figures over time back in."""
     ttfts = data["ttfts"]
     if not isinstance(ttfts, list):
         raise DatasetError(f"{path}: 'ttfts' must be a list")
@@ -237,6 +239,9 @@ def _from_detailed(data: dict[str, Any], path: Path) -> Run:
     input_lens = _list(data, "input_lens", n, path, 0)
     errors = _list(data, "errors", n, path, "")
     texts = _list(data, "generated_texts", n, path, "")
+    timed = isinstance(data.get("start_times"), list) and len(data["start_times"]) == n
+    starts = _list(data, "start_times", n, path, 0.0) if timed else [0.0] * n
+    queues = _list(data, "queue_times", n, path, 0.0) if timed else [None] * n
     records = []
     try:
         for i in range(n):
@@ -245,14 +250,16 @@ def _from_detailed(data: dict[str, Any], path: Path) -> Run:
             out = int(output_lens[i] or 0)
             success = not error and (ttft > 0 or out > 0)
             chunk_times: list[float] = []
+            start = float(starts[i] or 0.0)
             if success and ttft > 0:
-                t = ttft
+                t = start + ttft
                 chunk_times.append(t)
                 for gap in itls[i] or []:
                     t += float(gap)
                     chunk_times.append(t)
             records.append(RequestRecord(
-                request_id=str(i), prompt_len=int(input_lens[i] or 0), start=0.0,
+                request_id=str(i), prompt_len=int(input_lens[i] or 0), start=start,
+                intended_send=None if queues[i] is None else start - float(queues[i] or 0.0),
                 first_token=chunk_times[0] if chunk_times else None, chunk_times=chunk_times,
                 chunk_tokens=[1] * len(chunk_times), output_tokens=out if success else 0,
                 output_tokens_source="usage", generated_text=str(texts[i] or ""),
@@ -261,10 +268,11 @@ def _from_detailed(data: dict[str, Any], path: Path) -> Run:
     except (TypeError, ValueError) as exc:
         raise DatasetError(f"{path}: per-request lists hold a value that is not a number ({exc})") from None
     run = Run(label=_label(data, path), path=path, source="vllm", summary=data, duration=_duration(data, path),
-              records=records, has_timestamps=False)
-    run.notes.append(
-        "vLLM-format result (per-request TTFT and ITLs, no send or arrival times): the request timeline, tokens/s and in-flight requests over time and errors over time are skipped."
-    )
+              records=records, has_timestamps=timed)
+    if not timed:
+        run.notes.append(
+            "vLLM-format result (per-request TTFT and ITLs, no send or arrival times): the request timeline, "
+            "tokens/s and in-flight requests over time and errors over time are skipped.")
     return run
 
 

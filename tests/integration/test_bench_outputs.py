@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import json_type
 
 RULE = "=" * 50
 HEADING = "============ Serving Benchmark Result ============"
@@ -62,28 +63,6 @@ def vllm_result() -> dict:
 VLLM_KEYS = [k for k in vllm_result() if k not in VLLM_DETAILED_KEYS and not _STAT_KEY.fullmatch(k)]
 #: newer vLLM (``vllm bench serve``): the backend is also ``endpoint_type``, and the peak output rate
 VLLM_KEYS_NEW = ["endpoint_type", "max_output_tokens_per_s", "max_concurrent_requests"]
-
-
-def json_type(value: object) -> str:
-    """The JSON type of a value, lists with the types of their items: ``list[list[number]]``."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        items = {json_type(v) for v in value}
-        # vLLM writes TTFT 0.0 and ITL lists empty for a failed request: an empty list fits any list
-        items.discard("list[]")
-        if items >= {"list[number]"}:
-            items.discard("list[int]")
-        return f"list[{'|'.join(sorted(items))}]"
-    return type(value).__name__
 
 
 def expected_lines(*, metrics: list[str], percentiles: list[float], goodput: bool, max_concurrency: bool,
