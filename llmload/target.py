@@ -38,12 +38,13 @@ class ServerInfo:
         return self.tokenizer is not None
 
 
-def describe_server(base_url: str, api_key: str | None, timeout: float = 10.0) -> ServerInfo:
+def describe_server(base_url: str, api_key: str | None, timeout: float = 10.0, verify_tls: bool = True
+                    ) -> ServerInfo:
     """Ask ``base_url``'s ``/v1/models``. Sends the Bearer key, else the Basic credentials in ``base_url``
     (never shown: every message names the URL redacted). Raises :class:`~llmload.errors.EndpointError` with one
     line when the server cannot be reached, answers an HTTP error, is silent for ``timeout`` seconds, or does not
     answer a model list."""
-    data = _get_models(base_url, api_key, timeout)
+    data = _get_models(base_url, api_key, timeout, verify_tls)
     listed = data.get("data")
     entries = [m for m in listed if isinstance(m, dict)] if isinstance(listed, list) else []
     tokenizer = next((m[TOKENIZER_KEY] for m in entries if isinstance(m.get(TOKENIZER_KEY), str)
@@ -52,7 +53,9 @@ def describe_server(base_url: str, api_key: str | None, timeout: float = 10.0) -
     return ServerInfo(models=[m.get("id", "") for m in entries], tokenizer=tokenizer, profile=profile)
 
 
-def _get_models(base_url: str, api_key: str | None, timeout: float) -> dict[str, Any]:
+def _get_models(base_url: str, api_key: str | None, timeout: float, verify_tls: bool = True) -> dict[str, Any]:
+    import ssl
+
     import orjson
 
     shown = redact_url(base_url)
@@ -61,7 +64,11 @@ def _get_models(base_url: str, api_key: str | None, timeout: float) -> dict[str,
     if auth:
         request.add_header("Authorization", auth)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
+        context = None
+        if not verify_tls:  # --insecure: no certificate or host-name check
+            context = ssl.create_default_context()
+            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as resp:
             data = orjson.loads(resp.read())
     except urllib.error.HTTPError as exc:
         raise EndpointError(f"{shown}/v1/models answered HTTP {exc.code}; pass --model") from None
@@ -99,7 +106,8 @@ def resolve_target(options: Any, base_url: str, api_key: str | None, *, ask: boo
         return Resolved(model)
     timeout = min(float(getattr(options, "read_timeout", 0) or 30.0), 30.0)
     try:
-        info = describe_server(base_url, api_key, timeout=timeout)
+        info = describe_server(base_url, api_key, timeout=timeout,
+                               verify_tls=not getattr(options, "insecure", False))
     except EndpointError:
         if not model:
             raise

@@ -57,6 +57,7 @@ class LLMUser(User):
     extra_body: ClassVar[dict[str, Any]] = {}
     #: headers sent with every request (``--header``)
     extra_headers: ClassVar[dict[str, str]] = {}
+    verify_tls: ClassVar[bool] = True
     #: put before every ``X-Request-Id`` (``--request-id-prefix``)
     request_id_prefix: ClassVar[str] = ""
     #: ``Authorization: Bearer`` value; never printed
@@ -104,7 +105,7 @@ class LLMUser(User):
         self._headers = headers
         self.pool = Pool(self.host or environment.host or "", connect_timeout=self.connection_timeout,
                           read_timeout=self.network_timeout, request_timeout=self.request_timeout,
-                          reactor=self._run.reactor)
+                          reactor=self._run.reactor, verify_tls=self.verify_tls)
 
     def wait_time(self) -> float:
         return float(self.think()) if self.think is not None else 0.0

@@ -44,6 +44,8 @@ class UserSettings:
     extra_headers: dict[str, str] = field(default_factory=dict)
     #: ``--request-id-prefix``: put before every ``X-Request-Id``
     request_id_prefix: str = ""
+    #: ``--insecure`` turns it off: no certificate or host-name check on https
+    verify_tls: bool = True
 
     @classmethod
     def from_options(cls, opts: Any, *, model: str, api_key: str | None,
@@ -68,6 +70,7 @@ class UserSettings:
             extra_body=shaping.body,
             extra_headers=shaping.headers,
             request_id_prefix=shaping.request_id_prefix,
+            verify_tls=not getattr(opts, "insecure", False),
         )
 
     def attributes(self) -> dict[str, Any]:

@@ -27,6 +27,9 @@ REQUEST_OPTIONS = (
            "header wins over one of its name)", nargs="*", metavar="KEY=VALUE", web_ui=False),
     Option(("--request-id-prefix",), "request_id_prefix", BOTH, "request",
            "prefix of every request's X-Request-Id (default: none: the record's request id as it is)"),
+    Option(("--insecure",), "insecure", BOTH, "request",
+           "https without checking the server's certificate or host name (a self-signed test server)",
+           action="store_true", default=False),
     Option(("--vllm-compat",), "vllm_compat", BOTH, "request",
            "0.7: the meanings of vLLM 0.7's benchmark_serving.py (temperature 0 sent, total_input_tokens the "
            "dataset's sum, max_concurrent_requests per 1-second bucket) for comparison with old results",

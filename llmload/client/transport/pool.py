@@ -43,7 +43,8 @@ class Pool:
     """
 
     def __init__(self, base_url: str, *, connect_timeout: float = 30.0, read_timeout: float = 600.0,
-                 request_timeout: float | None = None, reactor: Reactor | None = None) -> None:
+                 request_timeout: float | None = None, reactor: Reactor | None = None,
+                 verify_tls: bool = True) -> None:
         from llmload.urls import basic_auth, redact_url
 
         parts = urlsplit(base_url)
@@ -63,7 +64,7 @@ class Pool:
         self.reactor = reactor if reactor is not None else Reactor()
         self._owns_reactor = reactor is None
         self._idle: list[Connection] = []
-        self._ssl = ssl.create_default_context() if self.tls else None
+        self._ssl = tls_context(verify_tls) if self.tls else None
 
     def close(self) -> None:
         """Close the idle connections (and an own reactor with nothing in flight); the pool stays usable."""
@@ -196,3 +197,13 @@ def _cancelling(on_lines: OnLines, after: int) -> OnLines:
 def _is_stale(exc: BaseException, parser: ResponseParser) -> bool:
     """A reused keep-alive connection the server had already closed: nothing of the response arrived."""
     return parser.untouched and isinstance(exc, (ClosedBeforeResponse, *_STALE_ERRORS))
+
+
+def tls_context(verify: bool = True) -> ssl.SSLContext:
+    """The client's TLS context: the system's trust store and host-name check, or neither (``--insecure``, as
+    ``vllm bench serve``: a self-signed test server)."""
+    context = ssl.create_default_context()
+    if not verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
