@@ -122,6 +122,8 @@ _REFUSED = {
                        "server's metrics)",
     "goodput": "--goodput: a sweep takes its SLOs from --slo",
     "append_result": "--append-result: a sweep writes one result JSON per point (and sweep.json)",
+    "probe_request_rate": "--probe-request-rate is a llmload bench flag: a sweep's points send no probes",
+    "num_warmups": "--num-warmups: use the sweep's own --warmup N",
 }
 
 

@@ -68,3 +68,20 @@ def test_vllm_internal_flag_is_one_line_exit_2(flag: str, capsys: pytest.Capture
     assert exc.value.code == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
     assert len(errors) == 1 and f"{flag} is a vLLM-internal flag" in errors[0]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--probe-request-rate", "1"], "--probe-request-rate is a llmload bench flag"),
+    (["--num-warmups", "2"], "--num-warmups: use the sweep's own --warmup N"),
+    (["--append-result"], "--append-result: a sweep writes one result JSON per point"),
+])
+def test_sweep_refuses_the_bench_only_run_control(argv: list[str], message: str) -> None:
+    import subprocess
+
+    from support import llmload_command, offline_env
+
+    done = subprocess.run([*llmload_command(), "sweep", "--request-rates", "1,2", *argv], capture_output=True,
+                          text=True, timeout=60, env=offline_env())
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and message in errors[0] and "Traceback" not in done.stderr
