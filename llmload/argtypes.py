@@ -95,6 +95,35 @@ def range_ratio(text: str) -> float:
     return value
 
 
+def range_ratios(text: str) -> float | tuple[float, float]:
+    """``--random-range-ratio``: one ratio, or today's vLLM's JSON ``{"input": r, "output": r}`` (both keys;
+    each in [0, 1)) as ``(input, output)``."""
+    try:
+        return range_ratio(text)
+    except ArgumentTypeError:
+        if not str(text).lstrip().startswith("{"):
+            raise
+    import json
+
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        raise ArgumentTypeError(f"not a number or a JSON object: {text}") from None
+    if not isinstance(value, dict) or not {"input", "output"} <= set(value):
+        raise ArgumentTypeError("When range_ratio is a dict it must contain 'input' and 'output' keys, got: "
+                                f"{sorted(value) if isinstance(value, dict) else value}")
+    pair = []
+    for key in ("input", "output"):
+        try:
+            ratio = float(value[key])
+        except (TypeError, ValueError):
+            raise ArgumentTypeError(f"{key}_range_ratio must be a number, got {value[key]!r}") from None
+        if not 0.0 <= ratio < 1.0:
+            raise ArgumentTypeError(f"{key}_range_ratio must be in [0, 1).")
+        pair.append(ratio)
+    return pair[0], pair[1]
+
+
 def port(text: str) -> int:
     value = integer(text)
     if not 0 < value < 65536:

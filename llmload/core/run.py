@@ -30,7 +30,9 @@ from llmload.core.sink import RecordSink
 from llmload.core.workload import (
     chat_backend_for_conversations,
     check_conversation_options,
+    check_dataset_flags,
     dataset_options,
+    replays_trace,
     schedule_spec,
 )
 from llmload.errors import DatasetError, LLMLoadError
@@ -94,6 +96,7 @@ class RunConfig:
         if think:
             parse_think_time(think)  # a bad spec fails here, not at the first request
         shaping_from(options)  # a bad --extra-body or --header too
+        check_dataset_flags(options)
         return cls(spec=spec, goodput=parse_goodput(goodput) if goodput else None,
                    percentiles=tuple(options.metric_percentiles), metrics=reported_metrics(options, spec),
                    ttft_rule=options.ttft_rule, backend=options.backend,
@@ -103,6 +106,22 @@ class RunConfig:
                    deployment=deployment_from(options),
                    slice_duration=float(getattr(options, "slice_duration", None) or 0.0) or None,
                    vllm_compat=getattr(options, "vllm_compat", None) or None)
+
+
+def oversamples(options: Any) -> bool:
+    """Fill a short dataset up to ``--num-prompts`` (today's vLLM's default): not with ``--no-oversample``, a
+    trace (its window is the workload) or whole conversations (sampled by their own rules)."""
+    return not (getattr(options, "no_oversample", False) or replays_trace(options)
+                or getattr(options, "multi_turn", False))
+
+
+def oversample(samples: list[Any], count: int, seed: int) -> list[Any]:
+    """``samples`` then repeats of them drawn with ``random.Random(seed).choice`` up to ``count``, as vLLM
+    oversamples (each repeat gets its own request id from the schedule: ``#k`` appended)."""
+    import random
+
+    rng = random.Random(seed)
+    return [*samples, *(rng.choice(samples) for _ in range(count - len(samples)))]
 
 
 def reported_metrics(options: Any, spec: ScheduleSpec) -> tuple[str, ...]:
@@ -240,9 +259,14 @@ class Run:
                                             trust_remote_code=bool(getattr(opts, "trust_remote_code", False)))
         samples = load_samples(opts.dataset_name, getattr(opts, "dataset_path", None) or None, tokenizer,
                                num_prompts, int(option_value(opts, "seed")), **dataset_options(opts))
-        if num_prompts and len(samples) < num_prompts:
-            self.log(f"warning: the dataset gave {len(samples)} usable prompts, fewer than --num-prompts "
-                     f"{num_prompts}")
+        if num_prompts and samples and len(samples) < num_prompts:
+            if oversamples(opts):
+                self.log(f"The dataset gave {len(samples)} usable prompts: {num_prompts - len(samples)} repeats "
+                         f"drawn by --seed fill --num-prompts {num_prompts} (--no-oversample: send only those)")
+                samples = oversample(samples, num_prompts, int(option_value(opts, "seed")))
+            else:
+                self.log(f"warning: the dataset gave {len(samples)} usable prompts, fewer than --num-prompts "
+                         f"{num_prompts}")
         if not samples:
             raise DatasetError("the dataset gave no usable prompts")
         self.workload = Workload(tokenizer, target.tokenizer_id, target.model, samples)

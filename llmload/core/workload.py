@@ -35,14 +35,14 @@ def dataset_options(options: Any) -> dict[str, Any]:
     # --max-tokens, or vllm bench serve's --output-len: every dataset's output length
     fixed = _opt(options, "max_tokens") or getattr(options, "output_len", None) or None
     if name == "sharegpt":
-        return {"fixed_output_len": fixed or _opt(options, "sharegpt_output_len"),
+        return {"fixed_output_len": fixed or _opt(options, "sharegpt_output_len"), "shuffle": _shuffles(options),
                 "multi_turn": bool(_opt(options, "multi_turn")), "max_turns": _opt(options, "max_turns"),
                 "system_prompt_len": _opt(options, "system_prompt_len")}
     if name == "prefix_repetition":
         return {"prefix_len": _opt(options, "prefix_repetition_prefix_len"),
                 "suffix_len": _opt(options, "prefix_repetition_suffix_len"),
                 "num_prefixes": _opt(options, "prefix_repetition_num_prefixes"),
-                "output_len": fixed or _opt(options, "prefix_repetition_output_len")}
+                "output_len": fixed or _opt(options, "prefix_repetition_output_len"), "shuffle": _shuffles(options)}
     if name == "random":
         return {"input_len": getattr(options, "input_len", None) or _opt(options, "random_input_len"),
                 "output_len": fixed or _opt(options, "random_output_len"),
@@ -54,6 +54,28 @@ def dataset_options(options: Any) -> dict[str, Any]:
                 "prompt_path": _opt(options, "trace_prompts"), "block_size": _opt(options, "trace_block_size"),
                 "mooncake": mooncake_keys(options)}
     return {"default_output_len": fixed or _opt(options, "custom_output_len")}
+
+
+def _shuffles(options: Any) -> bool | None:
+    """``--disable-shuffle``: False (keep the file's order); None: the dataset's default (shuffled)."""
+    return False if getattr(options, "disable_shuffle", False) else None
+
+
+def check_dataset_flags(options: Any) -> None:
+    """vLLM's dataset flags llmload takes only where they mean something here (docs/vllm-compat.md): a
+    ConfigError (one line) for the rest. ``--skip-tokenizer-init`` counts with the builtin tokenizer."""
+    if getattr(options, "chat_template_kwargs", None):
+        raise ConfigError("--chat-template-kwargs: llmload applies no client-side chat template; send template "
+                          "arguments to the server with --extra-body '{\"chat_template_kwargs\": {...}}'")
+    if int(_opt(options, "random_batch_size")) != 1:
+        raise ConfigError("--random-batch-size batches prompts into one embeddings request; llmload drives "
+                          "generation, one prompt per request: leave it at 1")
+    if getattr(options, "skip_tokenizer_init", False):
+        if _opt(options, "dataset_name") != "custom":
+            raise ConfigError("--skip-tokenizer-init works with --dataset-name custom only (the other datasets "
+                              "build prompts with a tokenizer), as in vllm bench serve")
+        if not getattr(options, "tokenizer", None):
+            options.tokenizer = "builtin"
 
 
 def replays_trace(options: Any) -> bool:

@@ -66,9 +66,9 @@ def load_samples(
     """
     options = {k: v for k, v in options.items() if v is not None}
     allowed = {
-        "sharegpt": {"fixed_output_len", "multi_turn", "max_turns", "system_prompt_len"},
+        "sharegpt": {"fixed_output_len", "multi_turn", "max_turns", "system_prompt_len", "shuffle"},
         "random": {"input_len", "output_len", "range_ratio", "prefix_len"},
-        "prefix_repetition": {"prefix_len", "suffix_len", "num_prefixes", "output_len"},
+        "prefix_repetition": {"prefix_len", "suffix_len", "num_prefixes", "output_len", "shuffle"},
         "custom": {"default_output_len"},
         "trace": {"trace_format", "time_scale", "trace_start", "trace_duration", "prompt_path", "block_size",
                   "mooncake"},
@@ -107,6 +107,8 @@ def _sharegpt(
 ) -> list[SampleRequest]:
     """First turns, or whole conversations with ``multi_turn``; the multi-turn options need it."""
     if options.pop("multi_turn", False):
+        if not options.pop("shuffle", True):
+            raise ConfigError("--disable-shuffle applies to first turns: whole conversations are sampled by seed")
         return sample_conversations(path, tokenizer, num_prompts, seed, **options)
     for name, flag in (("max_turns", "--max-turns"), ("system_prompt_len", "--system-prompt-len")):
         if options.pop(name, 0):

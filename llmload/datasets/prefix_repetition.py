@@ -76,6 +76,7 @@ def sample_prefix_repetition(
     suffix_len: int = DEFAULT_SUFFIX_LEN,
     num_prefixes: int = DEFAULT_NUM_PREFIXES,
     output_len: int = DEFAULT_OUTPUT_LEN,
+    shuffle: bool = True,
 ) -> list[SampleRequest]:
     """``num_prefixes`` groups of prompts, each group sharing one prefix (see the module docstring)."""
     _check(num_prompts, prefix_len, suffix_len, num_prefixes, output_len)
@@ -98,5 +99,6 @@ def sample_prefix_repetition(
                     request_id=f"prefix-{p}-{j}",
                 )
             )
-    random.Random(seed).shuffle(out)
+    if shuffle:  # --disable-shuffle: grouped by prefix, as vLLM
+        random.Random(seed).shuffle(out)
     return out

@@ -34,12 +34,15 @@ def sample_random(
     *,
     input_len: int = DEFAULT_INPUT_LEN,
     output_len: int = DEFAULT_OUTPUT_LEN,
-    range_ratio: float = DEFAULT_RANGE_RATIO,
+    range_ratio: float | tuple[float, float] = DEFAULT_RANGE_RATIO,
     prefix_len: int = DEFAULT_PREFIX_LEN,
 ) -> list[SampleRequest]:
-    """``num_prompts`` random-token requests (see the module docstring)."""
-    if not 0.0 <= range_ratio < 1.0:
-        raise DatasetError(f"--random-range-ratio must be in [0, 1), got {range_ratio}")
+    """``num_prompts`` random-token requests (see the module docstring); ``range_ratio`` one ratio, or
+    ``(input, output)`` (today's vLLM's ``{"input": r, "output": r}``)."""
+    in_ratio, out_ratio = range_ratio if isinstance(range_ratio, tuple | list) else (range_ratio, range_ratio)
+    for ratio in (in_ratio, out_ratio):
+        if not 0.0 <= ratio < 1.0:
+            raise DatasetError(f"--random-range-ratio must be in [0, 1), got {ratio}")
     if input_len < 1 or output_len < 1 or prefix_len < 0:
         raise DatasetError(
             "--random-input-len and --random-output-len must be >= 1 and --random-prefix-len >= 0"
@@ -48,10 +51,10 @@ def sample_random(
     vocab_size = int(tokenizer.vocab_size)
     real_input_len = max(1, input_len - tokenizer.num_special_tokens_to_add())
     prefix = rng.randint(0, vocab_size, size=prefix_len).tolist() if prefix_len > 0 else []
-    input_low = max(1, int(real_input_len * (1 - range_ratio)))
-    input_high = int(real_input_len * (1 + range_ratio))
-    output_low = max(1, int(output_len * (1 - range_ratio)))
-    output_high = int(output_len * (1 + range_ratio))
+    input_low = max(1, int(real_input_len * (1 - in_ratio)))
+    input_high = int(real_input_len * (1 + in_ratio))
+    output_low = max(1, int(output_len * (1 - out_ratio)))
+    output_high = int(output_len * (1 + out_ratio))
     input_lens = rng.randint(input_low, input_high + 1, size=num_prompts)
     output_lens = rng.randint(output_low, output_high + 1, size=num_prompts)
     offsets = rng.randint(0, vocab_size, size=num_prompts)

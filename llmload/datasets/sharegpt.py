@@ -125,7 +125,8 @@ def check_fixed_output_len(fixed_output_len: int | None) -> None:
 
 
 def select_sharegpt(
-    path: str | Path, tokenizer: Tokenizer, seed: int = 0, *, fixed_output_len: int | None = None
+    path: str | Path, tokenizer: Tokenizer, seed: int = 0, *, fixed_output_len: int | None = None,
+    shuffle: bool = True,
 ) -> Iterator[Selected]:
     """The conversations vLLM's rules keep (steps 1-4 of the module docstring), in shuffled order.
 
@@ -142,7 +143,8 @@ def select_sharegpt(
     ]
     if not pairs:
         raise DatasetError(f"{path}: no conversation has two turns")
-    random.Random(seed).shuffle(pairs)
+    if shuffle:  # --disable-shuffle: the file's order, as vLLM
+        random.Random(seed).shuffle(pairs)
     return _passing(data, pairs, tokenizer, fixed_output_len)
 
 
@@ -170,10 +172,12 @@ def sample_sharegpt(
     seed: int = 0,
     *,
     fixed_output_len: int | None = None,
+    shuffle: bool = True,
 ) -> list[SampleRequest]:
-    """Up to ``num_prompts`` requests chosen by vLLM's ShareGPT rules (see the module docstring)."""
+    """Up to ``num_prompts`` requests chosen by vLLM's ShareGPT rules (see the module docstring); ``shuffle``
+    off (``--disable-shuffle``) keeps the file's order."""
     check_fixed_output_len(fixed_output_len)
-    selected = select_sharegpt(path, tokenizer, seed, fixed_output_len=fixed_output_len)
+    selected = select_sharegpt(path, tokenizer, seed, fixed_output_len=fixed_output_len, shuffle=shuffle)
     out = [
         SampleRequest(
             prompt=chosen.prompt,

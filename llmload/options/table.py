@@ -23,6 +23,7 @@ from llmload.datasets import DATASET_NAMES
 from llmload.options.request_options import REQUEST_OPTIONS
 from llmload.options.run_options import RUN_OPTIONS
 from llmload.options.spec import Option, Scope
+from llmload.options.vllm_dataset_options import VLLM_DATASET_OPTIONS
 
 #: the number of prompts without ``--num-prompts``, and against the built-in simulator
 DEFAULT_PROMPTS = 1000
@@ -89,8 +90,9 @@ _WORKLOAD = (
     Option(("--random-input-len",), "random_input_len", BOTH, "workload", type=argtypes.positive_int, default=1024),
     Option(("--random-output-len",), "random_output_len", BOTH, "workload", type=argtypes.positive_int,
            default=128),
-    Option(("--random-range-ratio",), "random_range_ratio", BOTH, "workload", "in [0, 1) (default: %(default)s)",
-           type=argtypes.range_ratio, default=0.0),
+    Option(("--random-range-ratio",), "random_range_ratio", BOTH, "workload",
+           'in [0, 1), or {"input": R, "output": R} (default: %(default)s)', type=argtypes.range_ratios,
+           default=0.0),
     Option(("--random-prefix-len",), "random_prefix_len", BOTH, "workload", type=argtypes.non_negative_int,
            default=0),
     Option(("--prefix-repetition-prefix-len",), "prefix_repetition_prefix_len", BOTH, "workload",
@@ -358,7 +360,7 @@ _WEB_UI = (
 )
 
 #: every llmload option, in ``llmload bench --help`` order within each group
-OPTIONS: tuple[Option, ...] = (*_TARGET, *_WORKLOAD, *REQUEST_OPTIONS, *_TRACE, *_CONVERSATIONS, *_ARRIVALS, *_METRICS, *_TIMEOUTS, *RUN_OPTIONS,
+OPTIONS: tuple[Option, ...] = (*_TARGET, *_WORKLOAD, *VLLM_DATASET_OPTIONS, *REQUEST_OPTIONS, *_TRACE, *_CONVERSATIONS, *_ARRIVALS, *_METRICS, *_TIMEOUTS, *RUN_OPTIONS,
                                *_DISTRIBUTED, *_SERVER, *_OUTPUT, *_GATES, *_LOCUST_ONLY, *_WEB_UI)
 
 

@@ -91,6 +91,11 @@ def test_save_detailed_adds_start_times(child_runner, sim) -> None:
     (("--extra-body", "{nope"), "--extra-body: not JSON"),
     (("--extra-body", "[1]"), "--extra-body: expected a JSON object"),
     (("--header", "NoEquals"), "--header: expected KEY=VALUE"),
+    (("--chat-template-kwargs", '{"enable_thinking": false}'), "--chat-template-kwargs: llmload applies no"),
+    (("--random-batch-size", "4"), "--random-batch-size batches prompts into one embeddings request"),
+    (("--skip-tokenizer-init",), "--skip-tokenizer-init works with --dataset-name custom only"),
+    (("--random-range-ratio", '{"input": 0.5}'), "it must contain 'input' and 'output' keys"),
+    (("--random-range-ratio", '{"input": 0.5, "output": 1.5}'), "output_range_ratio must be in [0, 1)"),
 ])
 def test_refused_and_bad_flags_are_one_line_exit_2(child_runner, argv: tuple, message: str) -> None:
     run = child_runner.bench("--base-url", "http://127.0.0.1:9", *BASE, *argv, timeout=60)
@@ -124,3 +129,20 @@ def test_the_contract_vllm_bench_sweep_serve_relies_on(child_runner, sim, tmp_pa
     for key in ("request_throughput", "output_throughput", "max_concurrency", "median_ttft_ms", "p99_tpot_ms",
                 "mean_itl_ms", "median_e2el_ms", "latencies", "queue_times"):
         assert key in data, key
+
+
+def test_a_short_dataset_is_oversampled_unless_told_not(child_runner, sim, tmp_path: Path) -> None:
+    sim, _ = sim
+    rows = tmp_path / "three.jsonl"
+    rows.write_text("".join(json.dumps({"prompt": f"tell me about the number {i}", "output_len": 3}) + "\n"
+                            for i in range(3)))
+    args = ("--base-url", sim.url, *BASE, "--dataset-name", "custom", "--dataset-path", rows)
+    filled = child_runner.bench(*args, "--num-prompts", "5", "--skip-tokenizer-init", timeout=120)
+    assert filled.returncode == 0, filled.describe()
+    records = filled.records()
+    assert len(records) == 5 and len({r["request_id"] for r in records}) == 5
+    assert "repeats drawn by --seed fill --num-prompts 5" in filled.stderr
+    assert filled.result()["tokenizer_id"] == "builtin"  # --skip-tokenizer-init counts with the builtin one
+    kept = child_runner.bench(*args, "--num-prompts", "5", "--no-oversample", timeout=120)
+    assert kept.returncode == 0, kept.describe()
+    assert len(kept.records()) == 3 and "fewer than --num-prompts 5" in kept.stderr

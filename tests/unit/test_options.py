@@ -168,7 +168,8 @@ def test_the_brief_s_locust_options_are_shared() -> None:
     wanted = """--backend --endpoint --model --model-selection --model-weights --lora-modules --lora-assignment
         --served-model-name --tokenizer --trust-remote-code --dataset-name --temperature --top-p --top-k --min-p
         --frequency-penalty --presence-penalty --repetition-penalty --logprobs --extra-body --header
-        --request-id-prefix --insecure --vllm-compat
+        --request-id-prefix --insecure --vllm-compat --disable-shuffle --no-oversample --no-stream
+        --skip-chat-template --chat-template-kwargs --random-batch-size --skip-tokenizer-init
         --dataset-path --num-prompts --seed --sharegpt-output-len --input-len --output-len --random-input-len --random-output-len
         --random-range-ratio --random-prefix-len --custom-output-len --trace-format --time-scale --trace-start
         --trace-duration --trace-prompts --trace-block-size --timed-trace-sec-multiplier --timed-trace-label-timestamp

@@ -1,0 +1,36 @@
+"""The dataset flags of today's ``vllm bench serve`` that are not a dataset's own lengths (``--disable-shuffle``,
+``--no-oversample``, ``--no-stream``, ``--skip-chat-template``, ``--chat-template-kwargs``,
+``--random-batch-size``, ``--skip-tokenizer-init``): part of the one option table
+(:mod:`llmload.options.table`); checked by :func:`llmload.core.workload.check_dataset_flags`
+(docs/vllm-compat.md)."""
+
+from __future__ import annotations
+
+from llmload import argtypes
+from llmload.options.spec import Option, Scope
+
+BOTH = Scope.BOTH
+
+VLLM_DATASET_OPTIONS = (
+    Option(("--disable-shuffle",), "disable_shuffle", BOTH, "workload",
+           "keep the dataset file's order (sharegpt first turns, prefix_repetition's groups) instead of the seed's "
+           "shuffle", action="store_true", default=False),
+    Option(("--no-oversample",), "no_oversample", BOTH, "workload",
+           "when the dataset gives fewer prompts than --num-prompts, send those (default: fill up with repeats "
+           "drawn by --seed, as vllm bench serve)", action="store_true", default=False),
+    Option(("--no-stream",), "no_stream", BOTH, "workload",
+           "vllm bench serve's: load a Hugging Face dataset whole (llmload reads local files whole always)",
+           action="store_true", default=False),
+    Option(("--skip-chat-template",), "skip_chat_template", BOTH, "workload",
+           "vllm bench serve's: send prompts without a client-side chat template (llmload never applies one: "
+           "the server templates chat requests)", action="store_true", default=False),
+    Option(("--chat-template-kwargs",), "chat_template_kwargs", BOTH, "workload",
+           "vllm bench serve's client-side template arguments: refused (llmload applies no template; send them "
+           "to the server with --extra-body '{\"chat_template_kwargs\": {...}}')", metavar="JSON", web_ui=False),
+    Option(("--random-batch-size",), "random_batch_size", BOTH, "workload",
+           "vllm bench serve's prompts per embeddings request: 1 only (llmload drives generation)",
+           type=argtypes.positive_int, default=1),
+    Option(("--skip-tokenizer-init",), "skip_tokenizer_init", BOTH, "workload",
+           "vllm bench serve's: no model tokenizer (custom dataset only): lengths are counted with the builtin "
+           "tokenizer and input tokens come from the server's usage", action="store_true", default=False),
+)
