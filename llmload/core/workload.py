@@ -48,6 +48,14 @@ def dataset_options(options: Any) -> dict[str, Any]:
                 "output_len": fixed or _opt(options, "random_output_len"),
                 "range_ratio": _opt(options, "random_range_ratio"),
                 "prefix_len": _opt(options, "random_prefix_len")}
+    if name == "sonnet":  # vLLM maps neither --input-len nor --output-len here
+        return {"input_len": _opt(options, "sonnet_input_len"), "output_len": _opt(options, "sonnet_output_len"),
+                "prefix_len": _opt(options, "sonnet_prefix_len")}
+    if name == "spec_bench":
+        return {"output_len": fixed or _opt(options, "spec_bench_output_len"),
+                "category": _opt(options, "spec_bench_category"), "shuffle": _shuffles(options)}
+    if name == "burstgpt":
+        return {}
     if name in TRACE_DATASETS:
         return {"trace_format": _opt(options, "trace_format"), "time_scale": _opt(options, "time_scale"),
                 "trace_start": _opt(options, "trace_start"), "trace_duration": _opt(options, "trace_duration"),

@@ -4,7 +4,8 @@
 
 ``sharegpt`` (vLLM's sampling rules; the synthetic sample when no path is given; with ``multi_turn``
 whole conversations, :mod:`llmload.datasets.conversations`), ``random`` (vLLM's RandomDataset),
-``prefix_repetition`` (vLLM's PrefixRepetitionRandomDataset), ``custom`` (JSONL) and ``trace`` (replay of
+``prefix_repetition`` (vLLM's PrefixRepetitionRandomDataset), ``custom`` (JSONL), vLLM's ``sonnet``,
+``burstgpt`` and ``spec_bench``, and ``trace`` (replay of
 an Azure / BurstGPT / JSONL trace; each sample carries its send offset in ``arrival_s``). Malformed input
 raises ``DatasetError``.
 """
@@ -16,16 +17,20 @@ from typing import Any
 
 from llmload.choices import TRACE_DATASETS
 from llmload.datasets.base import SampleRequest, Tokenizer, token_len
+from llmload.datasets.burstgpt import sample_burstgpt
 from llmload.datasets.conversations import sample_conversations
 from llmload.datasets.custom import sample_custom
 from llmload.datasets.prefix_repetition import sample_prefix_repetition
 from llmload.datasets.random_dataset import sample_random
 from llmload.datasets.sharegpt import default_sharegpt_path, load_conversations, sample_sharegpt
+from llmload.datasets.sonnet import default_sonnet_path, sample_sonnet
+from llmload.datasets.spec_bench import sample_spec_bench
 from llmload.datasets.traces import TRACE_FORMATS, sample_trace
 from llmload.datasets.traces.blocks import default_mooncake_path
 from llmload.errors import ConfigError, DatasetError
 
-DATASET_NAMES = ("sharegpt", "random", "prefix_repetition", "custom", *TRACE_DATASETS)
+DATASET_NAMES = ("sharegpt", "random", "prefix_repetition", "custom", "sonnet", "burstgpt", "spec_bench",
+                 *TRACE_DATASETS)
 
 __all__ = [
     "DATASET_NAMES",
@@ -70,6 +75,9 @@ def load_samples(
         "random": {"input_len", "output_len", "range_ratio", "prefix_len"},
         "prefix_repetition": {"prefix_len", "suffix_len", "num_prefixes", "output_len", "shuffle"},
         "custom": {"default_output_len"},
+        "sonnet": {"input_len", "output_len", "prefix_len"},
+        "burstgpt": set(),
+        "spec_bench": {"output_len", "category", "shuffle"},
         "trace": {"trace_format", "time_scale", "trace_start", "trace_duration", "prompt_path", "block_size",
                   "mooncake"},
     }
@@ -97,8 +105,24 @@ def load_samples(
                 "--dataset-name trace needs --dataset-path pointing at an Azure, BurstGPT or JSONL trace"
             )
         return sample_trace(dataset_path, tokenizer, num_prompts, seed, **options)
+    return _from_file(dataset_name, dataset_path, tokenizer, num_prompts, seed, options)
+
+
+#: what ``--dataset-path`` must name for the datasets that have no default file
+_NEEDS = {"burstgpt": "a BurstGPT CSV", "spec_bench": "a SpecBench question.jsonl", "custom": "a JSONL file"}
+
+
+def _from_file(dataset_name: str, dataset_path: str | Path | None, tokenizer: Tokenizer, num_prompts: int | None,
+               seed: int, options: dict[str, Any]) -> list[SampleRequest]:
+    """The datasets read from one file: sonnet (the shipped sample by default), burstgpt, spec_bench, custom."""
+    if dataset_name == "sonnet":
+        return sample_sonnet(dataset_path or default_sonnet_path(), tokenizer, num_prompts, seed, **options)
     if dataset_path is None:
-        raise DatasetError("--dataset-name custom needs --dataset-path pointing at a JSONL file")
+        raise DatasetError(f"--dataset-name {dataset_name} needs --dataset-path pointing at {_NEEDS[dataset_name]}")
+    if dataset_name == "burstgpt":
+        return sample_burstgpt(dataset_path, tokenizer, num_prompts, seed)
+    if dataset_name == "spec_bench":
+        return sample_spec_bench(dataset_path, tokenizer, num_prompts, seed, **options)
     return sample_custom(dataset_path, tokenizer, num_prompts, **options)
 
 

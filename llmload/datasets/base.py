@@ -87,3 +87,15 @@ def jsonl_objects(path: Path, lines: Iterable[str]) -> Iterator[tuple[int, dict[
         if not isinstance(obj, dict):
             raise DatasetError(f"{path}:{lineno}: expected a JSON object, got {type(obj).__name__}")
         yield lineno, obj
+
+
+def read_text(path: Path) -> str:
+    """A dataset file's text; a missing, unreadable or non-UTF-8 file is a one-line DatasetError."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DatasetError(f"dataset file not found: {path}") from None
+    except UnicodeDecodeError:
+        raise DatasetError(f"{path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise DatasetError(f"cannot read dataset file {path}: {exc.strerror or exc}") from None

@@ -12,6 +12,18 @@ from llmload.options.spec import Option, Scope
 BOTH = Scope.BOTH
 
 VLLM_DATASET_OPTIONS = (
+    Option(("--sonnet-input-len",), "sonnet_input_len", BOTH, "workload",
+           "sonnet: prompt tokens at most (default: %(default)s)", type=argtypes.positive_int, default=550),
+    Option(("--sonnet-output-len",), "sonnet_output_len", BOTH, "workload",
+           "sonnet: output tokens (default: %(default)s; --output-len does not map to it, as in vLLM)",
+           type=argtypes.positive_int, default=150),
+    Option(("--sonnet-prefix-len",), "sonnet_prefix_len", BOTH, "workload",
+           "sonnet: tokens of the lines every prompt shares (default: %(default)s)", type=argtypes.non_negative_int,
+           default=200),
+    Option(("--spec-bench-output-len",), "spec_bench_output_len", BOTH, "workload",
+           "spec_bench: output tokens (default: %(default)s)", type=argtypes.positive_int, default=256),
+    Option(("--spec-bench-category",), "spec_bench_category", BOTH, "workload",
+           "spec_bench: only this category's rows (default: all)"),
     Option(("--disable-shuffle",), "disable_shuffle", BOTH, "workload",
            "keep the dataset file's order (sharegpt first turns, prefix_repetition's groups) instead of the seed's "
            "shuffle", action="store_true", default=False),

@@ -146,3 +146,24 @@ def test_a_short_dataset_is_oversampled_unless_told_not(child_runner, sim, tmp_p
     kept = child_runner.bench(*args, "--num-prompts", "5", "--no-oversample", timeout=120)
     assert kept.returncode == 0, kept.describe()
     assert len(kept.records()) == 3 and "fewer than --num-prompts 5" in kept.stderr
+
+
+def test_vllm_s_other_datasets_reach_the_server(child_runner, sim, tmp_path: Path) -> None:
+    sim, trace = sim
+    question = tmp_path / "question.jsonl"
+    question.write_text("".join(json.dumps({"question_id": i, "category": "qa", "turns": [f"what is {i}?"]}) + "\n"
+                                for i in range(4)))
+    burst = tmp_path / "burst.csv"
+    burst.write_text("Timestamp,Model,Request tokens,Response tokens\n1,GPT-4,20,5\n2,GPT-4,30,6\n")
+    for extra, max_tokens in ((("--dataset-name", "spec_bench", "--dataset-path", question, "--output-len", "7"),
+                               {7}),
+                              (("--dataset-name", "burstgpt", "--dataset-path", burst), {5, 6}),
+                              (("--dataset-name", "sonnet", "--sonnet-input-len", "100", "--sonnet-prefix-len",
+                                "30", "--sonnet-output-len", "4"), {4})):
+        before = len(trace_lines(trace)) if trace.exists() else 0
+        run = child_runner.bench("--base-url", sim.url, *BASE, *extra, timeout=120)
+        assert run.returncode == 0, run.describe()
+        seen = requests_seen(trace, before)
+        assert len(seen) == 4 and {r["body"]["max_tokens"] for r in seen} <= max_tokens, seen
+    missing = child_runner.bench("--base-url", sim.url, *BASE, "--dataset-name", "burstgpt", timeout=60)
+    assert missing.returncode == 2 and "needs --dataset-path pointing at a BurstGPT CSV" in missing.stderr

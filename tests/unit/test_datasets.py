@@ -274,7 +274,7 @@ def test_load_samples_dispatch_and_option_errors(tok):
     got = load_samples("random", None, tok, 3, 0, input_len=32, output_len=8, range_ratio=None)
     assert [s.expected_output_len for s in got] == [8, 8, 8]
     with pytest.raises(ConfigError, match="--dataset-name"):
-        load_samples("sonnet", None, tok, 3, 0)
+        load_samples("nonesuch", None, tok, 3, 0)
     with pytest.raises(ConfigError, match="input_len"):
         load_samples("sharegpt", None, tok, 3, 0, input_len=5)
     with pytest.raises(DatasetError, match="--dataset-path"):

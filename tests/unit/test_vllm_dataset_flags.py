@@ -59,3 +59,40 @@ def test_oversampling_fills_up_by_seed(tokenizer) -> None:
     assert not oversamples(SimpleNamespace(dataset_name="sharegpt", no_oversample=True))
     assert not oversamples(SimpleNamespace(dataset_name="mooncake"))
     assert not oversamples(SimpleNamespace(dataset_name="sharegpt", multi_turn=True))
+
+
+def test_sonnet_prompts_share_the_prefix_and_fit(tokenizer) -> None:
+    from llmload.datasets import load_samples
+    from llmload.datasets.sonnet import BASE_PROMPT, default_sonnet_path
+
+    samples = load_samples("sonnet", None, tokenizer, 20, 3, input_len=150, output_len=9, prefix_len=60)
+    lines = default_sonnet_path().read_text().splitlines(keepends=True)
+    assert len(samples) == 20 and all(s.prompt.startswith(BASE_PROMPT + lines[0]) for s in samples)
+    assert all(s.prompt_len <= 150 and s.expected_output_len == 9 for s in samples)
+    assert len({s.prompt for s in samples}) > 10  # the lines after the prefix are drawn
+
+
+def test_burstgpt_takes_gpt4_rows_with_a_response(tokenizer, tmp_path: Path) -> None:
+    from llmload.datasets import load_samples
+
+    csv = tmp_path / "burst.csv"
+    csv.write_text("Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+                   "1,GPT-4,40,12,52,Conversation log\n2,ChatGPT,30,9,39,Conversation log\n"
+                   "3,GPT-4,25,0,25,Conversation log\n4,GPT-4,33,7,40,API log\n")
+    samples = load_samples("burstgpt", csv, tokenizer, 6, 0)
+    assert len(samples) == 6  # two usable rows, drawn with replacement
+    assert {(s.prompt_len, s.expected_output_len) for s in samples} <= {(40, 12), (33, 7)}
+    with pytest.raises(Exception, match="not a BurstGPT CSV"):
+        (tmp_path / "bad.csv").write_text("a,b\n1,2\n")
+        load_samples("burstgpt", tmp_path / "bad.csv", tokenizer, 2, 0)
+
+
+def test_spec_bench_first_turns_of_a_category(tokenizer, tmp_path: Path) -> None:
+    from llmload.datasets import load_samples
+
+    path = tmp_path / "question.jsonl"
+    path.write_text("".join(json.dumps({"question_id": i, "category": "math" if i % 2 else "writing",
+                                        "turns": [f"first turn {i}", "second"]}) + "\n" for i in range(6)))
+    samples = load_samples("spec_bench", path, tokenizer, None, 0, output_len=32, category="math", shuffle=False)
+    assert [s.prompt for s in samples] == ["first turn 1", "first turn 3", "first turn 5"]
+    assert {s.expected_output_len for s in samples} == {32}
