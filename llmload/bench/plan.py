@@ -72,7 +72,8 @@ class RunPlan:
         if args.dataset_name in ("trace", "custom") and not args.dataset_path:
             what = "an Azure/BurstGPT CSV or a JSONL trace" if trace else "a JSONL file"
             raise ConfigError(f"--dataset-name {args.dataset_name} needs --dataset-path ({what})")
-        if args.dataset_path and not Path(args.dataset_path).is_file():
+        # hf: a directory or a cached hub id too (the dataset says which, before the first request)
+        if args.dataset_path and args.dataset_name != "hf" and not Path(args.dataset_path).is_file():
             raise ConfigError(f"--dataset-path {args.dataset_path}: no such file")
         if trace and (args.rate_shape or args.constant_rate):
             raise ConfigError("a trace brings its own arrival times: drop --rate-shape/--constant-rate")

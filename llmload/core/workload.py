@@ -56,6 +56,10 @@ def dataset_options(options: Any) -> dict[str, Any]:
                 "category": _opt(options, "spec_bench_category"), "shuffle": _shuffles(options)}
     if name == "burstgpt":
         return {}
+    if name == "hf":
+        return {"subset": _opt(options, "hf_subset"), "split": _opt(options, "hf_split"),
+                "name": _opt(options, "hf_name"), "output_len": fixed or _opt(options, "hf_output_len"),
+                "shuffle": _shuffles(options)}
     if name in TRACE_DATASETS:
         return {"trace_format": _opt(options, "trace_format"), "time_scale": _opt(options, "time_scale"),
                 "trace_start": _opt(options, "trace_start"), "trace_duration": _opt(options, "trace_duration"),

@@ -20,6 +20,7 @@ from llmload.datasets.base import SampleRequest, Tokenizer, token_len
 from llmload.datasets.burstgpt import sample_burstgpt
 from llmload.datasets.conversations import sample_conversations
 from llmload.datasets.custom import sample_custom
+from llmload.datasets.hf import sample_hf
 from llmload.datasets.prefix_repetition import sample_prefix_repetition
 from llmload.datasets.random_dataset import sample_random
 from llmload.datasets.sharegpt import default_sharegpt_path, load_conversations, sample_sharegpt
@@ -29,7 +30,7 @@ from llmload.datasets.traces import TRACE_FORMATS, sample_trace
 from llmload.datasets.traces.blocks import default_mooncake_path
 from llmload.errors import ConfigError, DatasetError
 
-DATASET_NAMES = ("sharegpt", "random", "prefix_repetition", "custom", "sonnet", "burstgpt", "spec_bench",
+DATASET_NAMES = ("sharegpt", "random", "prefix_repetition", "custom", "sonnet", "burstgpt", "spec_bench", "hf",
                  *TRACE_DATASETS)
 
 __all__ = [
@@ -78,6 +79,7 @@ def load_samples(
         "sonnet": {"input_len", "output_len", "prefix_len"},
         "burstgpt": set(),
         "spec_bench": {"output_len", "category", "shuffle"},
+        "hf": {"subset", "split", "name", "output_len", "shuffle"},
         "trace": {"trace_format", "time_scale", "trace_start", "trace_duration", "prompt_path", "block_size",
                   "mooncake"},
     }
@@ -109,7 +111,8 @@ def load_samples(
 
 
 #: what ``--dataset-path`` must name for the datasets that have no default file
-_NEEDS = {"burstgpt": "a BurstGPT CSV", "spec_bench": "a SpecBench question.jsonl", "custom": "a JSONL file"}
+_NEEDS = {"burstgpt": "a BurstGPT CSV", "spec_bench": "a SpecBench question.jsonl", "custom": "a JSONL file",
+          "hf": "a local copy of a Hugging Face dataset (a data file, its directory, or an id in the local cache)"}
 
 
 def _from_file(dataset_name: str, dataset_path: str | Path | None, tokenizer: Tokenizer, num_prompts: int | None,
@@ -123,6 +126,8 @@ def _from_file(dataset_name: str, dataset_path: str | Path | None, tokenizer: To
         return sample_burstgpt(dataset_path, tokenizer, num_prompts, seed)
     if dataset_name == "spec_bench":
         return sample_spec_bench(dataset_path, tokenizer, num_prompts, seed, **options)
+    if dataset_name == "hf":
+        return sample_hf(dataset_path, tokenizer, num_prompts, seed, **options)
     return sample_custom(dataset_path, tokenizer, num_prompts, **options)
 
 

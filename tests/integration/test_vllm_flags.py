@@ -153,11 +153,16 @@ def test_vllm_s_other_datasets_reach_the_server(child_runner, sim, tmp_path: Pat
     question = tmp_path / "question.jsonl"
     question.write_text("".join(json.dumps({"question_id": i, "category": "qa", "turns": [f"what is {i}?"]}) + "\n"
                                 for i in range(4)))
+    local_hf = tmp_path / "hf" / "train.jsonl"
+    local_hf.parent.mkdir()
+    local_hf.write_text("".join(json.dumps({"question": f"why {i}?"}) + "\n" for i in range(4)))
     burst = tmp_path / "burst.csv"
     burst.write_text("Timestamp,Model,Request tokens,Response tokens\n1,GPT-4,20,5\n2,GPT-4,30,6\n")
     for extra, max_tokens in ((("--dataset-name", "spec_bench", "--dataset-path", question, "--output-len", "7"),
                                {7}),
                               (("--dataset-name", "burstgpt", "--dataset-path", burst), {5, 6}),
+                              (("--dataset-name", "hf", "--dataset-path", local_hf.parent, "--hf-output-len", "3"),
+                               {3}),
                               (("--dataset-name", "sonnet", "--sonnet-input-len", "100", "--sonnet-prefix-len",
                                 "30", "--sonnet-output-len", "4"), {4})):
         before = len(trace_lines(trace)) if trace.exists() else 0

@@ -170,7 +170,8 @@ def test_the_brief_s_locust_options_are_shared() -> None:
         --frequency-penalty --presence-penalty --repetition-penalty --logprobs --extra-body --header
         --request-id-prefix --insecure --vllm-compat --disable-shuffle --no-oversample --no-stream
         --skip-chat-template --chat-template-kwargs --random-batch-size --skip-tokenizer-init --sonnet-input-len
-        --sonnet-output-len --sonnet-prefix-len --spec-bench-output-len --spec-bench-category
+        --sonnet-output-len --sonnet-prefix-len --spec-bench-output-len --spec-bench-category --hf-subset --hf-split
+        --hf-name --hf-output-len
         --dataset-path --num-prompts --seed --sharegpt-output-len --input-len --output-len --random-input-len --random-output-len
         --random-range-ratio --random-prefix-len --custom-output-len --trace-format --time-scale --trace-start
         --trace-duration --trace-prompts --trace-block-size --timed-trace-sec-multiplier --timed-trace-label-timestamp

@@ -96,3 +96,31 @@ def test_spec_bench_first_turns_of_a_category(tokenizer, tmp_path: Path) -> None
     samples = load_samples("spec_bench", path, tokenizer, None, 0, output_len=32, category="math", shuffle=False)
     assert [s.prompt for s in samples] == ["first turn 1", "first turn 3", "first turn 5"]
     assert {s.expected_output_len for s in samples} == {32}
+
+
+def test_hf_reads_local_copies_by_vllm_s_rules(tokenizer, tmp_path: Path) -> None:
+    import pandas as pd
+
+    from llmload.datasets import load_samples
+    from llmload.errors import DatasetError
+
+    root = tmp_path / "InstructCoder"
+    (root / "data").mkdir(parents=True)
+    pd.DataFrame({"instruction": ["Add a docstring.", "Rename x."], "input": ["def f(): pass", "x = 1"]}).to_parquet(
+        root / "data" / "train-00000.parquet")
+    pd.DataFrame({"instruction": ["Test row."], "input": ["y = 2"]}).to_parquet(root / "data" / "test-00000.parquet")
+    coder = load_samples("hf", root, tokenizer, None, 0, name="likaixin/InstructCoder", shuffle=False)
+    assert [s.prompt for s in coder] == [
+        "def f(): pass\n\nAdd a docstring. Just output the code, do not include any explanation.",
+        "x = 1\n\nRename x. Just output the code, do not include any explanation."]
+    assert {s.expected_output_len for s in coder} == {200}  # vLLM's default for InstructCoder
+    test_split = load_samples("hf", root, tokenizer, None, 0, split="test", output_len=9)
+    # no --hf-name: the first known prompt column (instruction before input)
+    assert [s.prompt for s in test_split] == ["Test row."] and test_split[0].expected_output_len == 9
+    generic = tmp_path / "q.jsonl"
+    generic.write_text('{"question": "why?"}\n{"question": "how?"}\n')
+    assert {s.prompt for s in load_samples("hf", generic, tokenizer, 5, 0)} == {"why?", "how?"}
+    for path, says in (("nobody-has/this-dataset", "not in the local Hugging Face cache"),
+                       (root, "no file of --hf-split 'validation'")):
+        with pytest.raises(DatasetError, match=says):
+            load_samples("hf", path, tokenizer, 2, 0, split="validation")
