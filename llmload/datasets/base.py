@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -89,13 +90,20 @@ def jsonl_objects(path: Path, lines: Iterable[str]) -> Iterator[tuple[int, dict[
         yield lineno, obj
 
 
-def read_text(path: Path) -> str:
-    """A dataset file's text; a missing, unreadable or non-UTF-8 file is a one-line DatasetError."""
+@contextmanager
+def reading(path: Path, what: str = "dataset") -> Iterator[None]:
+    """One DatasetError line for each way reading a ``what`` file fails (missing, unreadable, not UTF-8)."""
     try:
-        return path.read_text(encoding="utf-8")
+        yield
     except FileNotFoundError:
-        raise DatasetError(f"dataset file not found: {path}") from None
+        raise DatasetError(f"{what} file not found: {path}") from None
     except UnicodeDecodeError:
         raise DatasetError(f"{path}: not UTF-8 text") from None
     except OSError as exc:
-        raise DatasetError(f"cannot read dataset file {path}: {exc.strerror or exc}") from None
+        raise DatasetError(f"cannot read {what} file {path}: {exc.strerror or exc}") from None
+
+
+def read_text(path: Path) -> str:
+    """A dataset file's text (:func:`reading`'s errors)."""
+    with reading(path):
+        return path.read_text(encoding="utf-8")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from llmload.datasets.base import SampleRequest, Tokenizer, jsonl_objects, token_len
+from llmload.datasets.base import SampleRequest, Tokenizer, jsonl_objects, read_text, token_len
 from llmload.errors import DatasetError
 
 DEFAULT_OUTPUT_LEN = 256
@@ -23,14 +23,7 @@ def sample_custom(
 ) -> list[SampleRequest]:
     """The first ``num_prompts`` rows of a JSONL file (all rows when ``None``)."""
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise DatasetError(f"dataset file not found: {path}") from None
-    except UnicodeDecodeError:
-        raise DatasetError(f"{path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise DatasetError(f"cannot read dataset file {path}: {exc.strerror or exc}") from None
+    lines = read_text(path).splitlines()
     out: list[SampleRequest] = []
     for lineno, row in jsonl_objects(path, lines):
         if num_prompts is not None and len(out) >= num_prompts:

@@ -43,6 +43,23 @@ ACCEPTED = [
     (["--save-result", "--save-detailed", "--result-dir", "out", "--result-filename", "r.json"], "result_filename",
      "r.json"),
     (["--metadata", "gpu=h100"], "metadata", ["gpu=h100"]),
+    (["--random-range-ratio", '{"input": 0.1, "output": 0.2}'], "random_range_ratio", (0.1, 0.2)),
+    (["--no-oversample"], "no_oversample", True),
+    (["--disable-shuffle"], "disable_shuffle", True),
+    (["--no-stream"], "no_stream", True),
+    (["--skip-chat-template"], "skip_chat_template", True),
+    (["--skip-tokenizer-init"], "skip_tokenizer_init", True),
+    (["--random-batch-size", "1"], "random_batch_size", 1),
+    (["--dataset-name", "sonnet", "--sonnet-input-len", "300"], "sonnet_input_len", 300),
+    (["--sonnet-output-len", "50"], "sonnet_output_len", 50),
+    (["--sonnet-prefix-len", "100"], "sonnet_prefix_len", 100),
+    (["--dataset-name", "burstgpt"], "dataset_name", "burstgpt"),
+    (["--dataset-name", "spec_bench", "--spec-bench-output-len", "64"], "spec_bench_output_len", 64),
+    (["--spec-bench-category", "math"], "spec_bench_category", "math"),
+    (["--dataset-name", "hf", "--hf-split", "test"], "hf_split", "test"),
+    (["--hf-subset", "default"], "hf_subset", "default"),
+    (["--hf-name", "philschmid/mt-bench"], "hf_name", "philschmid/mt-bench"),
+    (["--hf-output-len", "32"], "hf_output_len", 32),
 ]
 REFUSED = ["--profile", "--plot-timeline", "--plot-dataset-stats", "--use-beam-search", "--enable-multimodal-chat",
            "--tokenizer-mode"]
@@ -58,7 +75,7 @@ def parser() -> argparse.ArgumentParser:
 def test_vllm_flag_parses_to_its_meaning(argv: list[str], dest: str, value: object) -> None:
     parsed = parser().parse_args(argv)
     got = getattr(parsed, dest)
-    assert (list(got) if isinstance(got, tuple) else got) == value
+    assert (list(got) if isinstance(got, tuple) and isinstance(value, list) else got) == value
 
 
 @pytest.mark.parametrize("flag", REFUSED)

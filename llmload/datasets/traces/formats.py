@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from llmload.choices import TRACE_FORMATS
-from llmload.datasets.base import jsonl_objects
+from llmload.datasets.base import jsonl_objects, reading
 from llmload.errors import ConfigError, DatasetError
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -94,17 +92,9 @@ def read_trace(path: str | Path, trace_format: str | None = None,
     return rows
 
 
-@contextmanager
-def _reading(path: Path) -> Iterator[None]:
+def _reading(path: Path) -> Any:
     """One line for each way reading a trace file fails."""
-    try:
-        yield
-    except FileNotFoundError:
-        raise DatasetError(f"trace file not found: {path}") from None
-    except UnicodeDecodeError:
-        raise DatasetError(f"{path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise DatasetError(f"cannot read trace file {path}: {exc.strerror or exc}") from None
+    return reading(path, "trace")
 
 
 def _first_line(path: Path) -> str:
