@@ -233,7 +233,7 @@ def execute(plan: RunPlan, run: Run, user: Any, env: Any, interrupts: Any, stack
                 master.bench.on_record, master.bench.journal = on_record, journal
                 outcome = master.run(run_config(plan, run.target), run.schedule, interrupts, args)
     finally:
-        outcome_extras = extras.end()
+        outcome_extras = extras.end(interrupted=interrupts.signum is not None)
         observed = observer.finish()
         health.stop()
         if not args.disable_tqdm:

@@ -36,11 +36,12 @@ class RunExtras:
             self.probes.start()
         self.start_wall = time.time()
 
-    def end(self) -> dict[str, Any]:
-        """vLLM's probe, ``rps_change_events`` and ``spec_decode_*`` keys (each only where it applies)."""
+    def end(self, interrupted: bool = False) -> dict[str, Any]:
+        """vLLM's probe, ``rps_change_events`` and ``spec_decode_*`` keys (each only where it applies). A stopped
+        run does not wait for the probe in flight (its requests already had ``--stop-timeout``)."""
         keys: dict[str, Any] = {}
         if self.probes is not None:
-            self.probes.finish(timeout_s=max(self.stop_timeout, 1.0))
+            self.probes.finish(timeout_s=0.0 if interrupted else max(self.stop_timeout, 1.0))
             keys.update(self.probes.result_keys())
         if self.spec.ramp_up_strategy is not None:
             offsets = [entry.offset for entry in getattr(self.schedule, "entries", ())]
