@@ -13,6 +13,11 @@ ITL for that run, CPU µs per token and per request (the process's user + system
 its fixed start-up cost, measured by a one-request run), and for llmload the closed-loop successor gap (a
 request's start minus the end of the request whose slot it took).
 
+Each level then checks what llmload promises (issue 33; a regression of a5f4d2c went unseen without it): p99 ITL
+within 1 ms of the server's truth, p99 TTFT at most 5 ms above the floor reader's (which stamps a read when it
+returns, so it is no better than the kernel's stamp llmload uses), tokens/s at least 97 % of the floor's. It prints
+PASS or FAIL for each and exits 1 when one failed; docs/performance.md records the results by commit.
+
 ``--scale`` measures how llmload scales over processes on a machine too small to give each its own core: at a
 load the simulator serves easily, ``--processes 1`` and ``--processes 2`` pinned together to one CPU, comparing
 the CPU every process together spends per token. When two processes spend no more per token than one, N
@@ -42,6 +47,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from llmload.simproc import SimProcess
 
 TTFT_MS, ITL_MS, OUTPUT, PROMPT = 50, 10, 200, 64
+#: the accuracy llmload holds against the floor reader at every level (issue 33)
+ITL_P99_WITHIN_MS = 1.0
+TTFT_P99_OVER_FLOOR_MS = 5.0
+MIN_SHARE_OF_FLOOR = 0.97
 
 
 def _pct(values, p: float) -> float:
@@ -216,6 +225,21 @@ HEADER = (f"{'c':>4} {'client':<18} {'tok/s':>8} {'floor':>7} | {'TTFT p50/p99 m
           f"{'':>4} {'':<18} {'':>8} {'':>7} | {'':>15} | {'':>20} | {'all / the run':>15} |")
 
 
+def checks(mine: dict, floor: dict) -> list[tuple[str, bool]]:
+    """What llmload must hold at one level, each with whether it held."""
+    itl, truth = _pct(mine["itl"], 99), _pct(mine["truth_itl"], 99)
+    ttft, floor_ttft = _pct(mine["ttft"], 99), _pct(floor["ttft"], 99)
+    share = mine["tok_s"] / floor["tok_s"]
+    return [
+        (f"p99 ITL {itl:.2f} ms within {ITL_P99_WITHIN_MS:g} ms of the server's {truth:.2f}",
+         abs(itl - truth) <= ITL_P99_WITHIN_MS),
+        (f"p99 TTFT {ttft:.1f} ms at most {TTFT_P99_OVER_FLOOR_MS:g} ms above the floor's {floor_ttft:.1f}",
+         ttft <= floor_ttft + TTFT_P99_OVER_FLOOR_MS),
+        (f"{100 * share:.1f} % of the floor's tokens/s (>= {100 * MIN_SHARE_OF_FLOOR:.0f} %)",
+         share >= MIN_SHARE_OF_FLOOR),
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--levels", type=int, nargs="+", default=[64, 256, 512])
@@ -232,6 +256,7 @@ def main() -> None:
         raise SystemExit("needs two CPUs: one for the simulator, one for the client")
     sim_core, client_core = cores[-1], cores[0]
     rows: list[dict] = []
+    failed = False
     print(HEADER)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -246,18 +271,26 @@ def main() -> None:
             print(f"\nCPU per token, one process / two processes together: {ratio:.2f} "
                   f"(>= 0.90: two processes on two free cores give >= 90 % of twice one's capacity)")
         else:
+            verdicts: list[tuple[int, str, bool]] = []
             for c in args.levels:
                 floor = run_floor(c, work, sim_core, client_core)
                 print(_row(floor, None), flush=True)
                 mine = run_llmload(c, work, sim_core, client_core)
                 print(_row(mine, floor), flush=True)
                 rows += [floor, mine]
+                verdicts += [(c, what, held) for what, held in checks(mine, floor)]
+            print()
+            for c, what, held in verdicts:
+                print(f"{'PASS' if held else 'FAIL'}  c={c:<4} {what}")
+            failed = not all(held for _c, _what, held in verdicts)
     if args.json:
         summary = [{k: v for k, v in r.items() if not isinstance(v, list)} | {
             "ttft_p50_ms": _pct(r["ttft"], 50), "ttft_p99_ms": _pct(r["ttft"], 99),
             "itl_p99_ms": _pct(r["itl"], 99), "server_itl_p99_ms": _pct(r["truth_itl"], 99),
             "gap_p99_ms": _pct(r["gap"], 99) if r["gap"] else None} for r in rows]
         args.json.write_text(json.dumps(summary, indent=1))
+    if failed:
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

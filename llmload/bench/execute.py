@@ -223,10 +223,11 @@ def execute(plan: RunPlan, run: Run, user: Any, env: Any, interrupts: Any, stack
     interrupts.start_run(args.stop_timeout)
     if not args.disable_tqdm:
         progress.start()
-    health.start()
-    observer.begin()
     try:
         with quiet_gc():
+            # after quiet_gc's full collection (its pause is set-up's, not the run's: no stall to report)
+            health.start()
+            observer.begin()
             if master is None:
                 outcome = run_single(user, run, interrupts, on_record, journal)
             else:

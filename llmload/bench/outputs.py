@@ -54,7 +54,7 @@ def conclude(done: Finished) -> Concluded:
     plan, outcome, args = done.plan, done.outcome, done.plan.args
     measured = done.run.finish(outcome)
     records, metrics = measured.records, measured.metrics
-    health_report = judge(done.health, metrics.itl.median_ms)
+    health_report = judge(done.health, metrics.itl.median_ms, records)
     _print_summary(done, metrics, records, health_report)
     data = result_data(done, metrics, records, health_report)
     paths: tuple[Path | None, Path | None] = (None, None)

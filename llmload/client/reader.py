@@ -8,14 +8,11 @@ backend parse each event and decides which events count.
 from __future__ import annotations
 
 from time import perf_counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from gevent import Timeout as gevent_Timeout
-from gevent import idle as gevent_idle
 
 from llmload.client.backends.base import error_message, one_line
-from llmload.client.events import llm_events
 from llmload.client.failures import (
     EMPTY_STREAM,
     EMPTY_STREAM_MESSAGE,
@@ -38,32 +35,49 @@ from llmload.client.transport import (
 )
 
 if TYPE_CHECKING:
-    from llmload.client.users import LLMUser
+    from llmload.client.backends import Backend
+    from llmload.client.transport import Reactor
 
-#: events parsed between two yields to the event loop
+#: after-the-stream parsing gives the reads a turn (:meth:`Reactor.yield_to_reads`) every this many events
 PARSE_SLICE = 16
+#: ...and waits for the loop's next idle moment (:meth:`Reactor.idle_turn`) every this many seconds of parsing
+PARSE_TURN_S = 0.001
 
 
-def _when_idle(max_wait_s: float = 1.0) -> None:
-    """Wait until gevent's loop is idle (no pending reads), but no longer than ``max_wait_s``."""
-    with gevent_Timeout(max_wait_s, False):
-        gevent_idle()
-
+def _take_turns(reactor: Reactor, turn_ends: float) -> float:
+    """After-the-stream parsing waits for idle moments of the loop, turns of PARSE_TURN_S, so the sends of the
+    requests that took this one's slot go first; within a turn it gives the reads a turn every slice (streams of
+    a batch end together, and the new streams are being read). Returns when the current turn ends."""
+    if perf_counter() < turn_ends:
+        reactor.yield_to_reads()
+        return turn_ends
+    reactor.idle_turn()
+    return perf_counter() + PARSE_TURN_S
 
 
 class StreamReader:
-    """Turns a response's timestamped lines into a :class:`RequestRecord`, per the run's TTFT rule."""
+    """Turns a response's timestamped lines into a :class:`RequestRecord`, per the run's TTFT rule.
 
-    __slots__ = ("backend", "completion_tokens", "content_rule", "done", "reasoning", "record", "state",
-                 "streaming", "texts", "user")
+    ``backend`` parses the events; ``reactor`` (the one reading the request) gets turns while a finished stream is
+    parsed; ``hooks`` (:data:`llmload.client.events.llm_events`: the reader itself needs no Locust) fire on the
+    first token and every later one in live mode, with ``user``; the timeouts only name what failed."""
 
-    def __init__(self, user: LLMUser, record: RequestRecord, streaming: bool) -> None:
-        self.user = user
+    __slots__ = ("backend", "completion_tokens", "content_rule", "done", "hooks", "network_timeout", "reactor",
+                 "reasoning", "record", "request_timeout", "state", "streaming", "texts", "user")
+
+    def __init__(self, record: RequestRecord, streaming: bool, backend: Backend, *, ttft_rule: str = "content",
+                 reactor: Reactor | None = None, hooks: Any = None, user: Any = None,
+                 network_timeout: float = 600.0, request_timeout: float | None = None) -> None:
         self.record = record
         self.streaming = streaming
-        self.backend = user.dialect
-        self.state = self.backend.new_state()
-        self.content_rule = user.ttft_rule != "vllm"
+        self.backend = backend
+        self.reactor = reactor
+        self.hooks = hooks
+        self.user = user
+        self.network_timeout = network_timeout
+        self.request_timeout = request_timeout
+        self.state = backend.new_state()
+        self.content_rule = ttft_rule != "vllm"
         self.texts: list[str] = []
         self.reasoning: list[str] = []
         self.completion_tokens: int | None = None
@@ -83,11 +97,12 @@ class StreamReader:
         texts = self.texts
         content_rule = self.content_rule
         user = self.user
+        hooks = self.hooks if live else None
+        reactor = None if live else self.reactor
+        turn_ends = 0.0
         for i in range(max(first, self.done), len(lines)):
-            if not live and not i % PARSE_SLICE:
-                # After-the-stream parsing runs when the loop has nothing better to do, so it never delays
-                # another stream's read (streams of a batch end together and their parsing would pile up).
-                _when_idle()
+            if reactor is not None and not i % PARSE_SLICE:
+                turn_ends = _take_turns(reactor, turn_ends)
             t, line = lines[i]
             payload = parse_line(line)
             if payload is None or payload == DONE:
@@ -116,14 +131,14 @@ class StreamReader:
                     itl = t - times[-1]
                     times.append(t)
                     tokens.append(n)
-                    if live:
-                        llm_events.token.fire(record=record, itl=itl, tokens=n, text=ev.text, user=user)
+                    if hooks is not None:
+                        hooks.token.fire(record=record, itl=itl, tokens=n, text=ev.text, user=user)
                 else:
                     record.first_token = t
                     times.append(t)
                     tokens.append(n)
-                    if live:
-                        llm_events.first_token.fire(record=record, text=ev.text, user=user)
+                    if hooks is not None:
+                        hooks.first_token.fire(record=record, text=ev.text, user=user)
             elif ev.text:
                 texts.append(ev.text)
         self.done = len(lines)
@@ -212,9 +227,9 @@ class StreamReader:
             record.error = one_line(str(exc))
             return
         if isinstance(exc, ReadTimeout):
-            what = f"timed out after {self.user.network_timeout:g} s without data"
+            what = f"timed out after {self.network_timeout:g} s without data"
         elif isinstance(exc, RequestTimeout):
-            limit = self.user.request_timeout
+            limit = self.request_timeout
             what = f"the whole request took longer than {limit:g} s" if limit else "the request took too long"
         else:
             what = f"{type(exc).__name__}: {exc}"

@@ -155,7 +155,9 @@ class LLMUser(User):
                                         ignore_eos=self.ignore_eos, extra=self.extra_body or None,
                                         messages=getattr(sample, "messages", None))
         streaming = bool(body.get("stream", True))
-        reader = StreamReader(self, record, streaming)
+        reader = StreamReader(record, streaming, self.dialect, ttft_rule=self.ttft_rule, reactor=self.pool.reactor,
+                              hooks=llm_events, user=self, network_timeout=self.network_timeout,
+                              request_timeout=self.request_timeout)
         self._run.in_flight += 1
         try:
             exception = self._stream(record, reader, orjson.dumps(body), on_response_end)
@@ -169,8 +171,10 @@ class LLMUser(User):
             raise
         finally:
             self._run.in_flight -= 1
+        self.pool.reactor.yield_to_reads()
         self._fire_stats_row(record, exception)
         llm_events.request_complete.fire(record=record, user=self)
+        self.pool.reactor.yield_to_reads()  # a batch of requests ending together must not hold back the reads
         return record
 
     def not_sent(self, record: RequestRecord) -> None:

@@ -1,14 +1,18 @@
 """Is the client the bottleneck? Watch this process's CPU, how late it reads arriving data, and the loop.
 
 Token timestamps are the kernel's receive times (:mod:`llmload.client.transport`), so a busy client does not shift
-them; it starts to distort ITLs only when it reads a stream so late that two chunks merge into one read.
-The transport's *read lag* (our read − kernel arrival) is the direct measure of that. A greenlet that
-sleeps ``interval`` also reports the loop's lag (how late greenlets run: sends, dispatch). CPU comes from
-``psutil`` (a Locust dependency).
+them; it distorts ITLs only when it reads a stream so late that two chunks merge into one read, under one
+timestamp (the later chunk's). The verdict counts exactly that, after the run, from the records: the share of
+reads that brought two or more content events of one stream whose median gap is well above a millisecond
+(:func:`merged_reads`). The transport's *read lag* (our read − kernel arrival), the loop's *stalls* (stretches of
+work between two looks at the sockets, the longest with what ran in them: :mod:`llmload.client.transport.stalls`)
+and a greenlet that sleeps ``interval`` (the loop's lag: how late greenlets run: sends, dispatch) say why. CPU
+comes from ``psutil`` (a Locust dependency).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -24,11 +28,17 @@ if TYPE_CHECKING:
 
 #: the client is called the bottleneck above these
 CPU_LIMIT_PERCENT = 90.0
-#: reading data later than this share of the median inter-token gap risks merging two chunks into one read
-#: (the kernel timestamps each read, so a later read is only a problem once chunks merge)
-READ_LAG_SHARE_OF_ITL = 0.3
+#: events of one stream that share one read are chunks that merged only where the stream's median gap is at
+#: least this: a server that writes several events at once (far below a millisecond apart) is not the client
+MERGE_MEDIAN_GAP_MS = 2.0
+#: more than this share of such streams' reads merging chunks is a client that read too late: at 1 % the p99 ITL
+#: is a whole gap off (A/B at 256 streams here: 0.004 % on an exact run, 2.9 % on one whose p99 ITL read 20 ms for 10)
+MERGED_READ_LIMIT = 0.002
+#: without kernel timestamps (TLS) a late read shifts the timestamps themselves: loop stalls longer than this
+#: share of the median inter-token gap then make the client the bottleneck
+STALL_SHARE_OF_ITL = 0.3
 #: used when the ITL is not known yet
-READ_LAG_LIMIT_MS = 3.0
+STALL_LIMIT_MS = 3.0
 #: the client is late when its sends are (metrics.definitions.LATE_SEND_MS: the summary's "Late sends" too)
 SCHEDULE_LAG_LIMIT_MS = LATE_SEND_MS
 #: ...but only when more sends than this share were that late (and always more than one): in a short run the
@@ -56,11 +66,15 @@ class HealthMonitor:
     def start(self) -> None:
         if self.reactor is not None:
             self.reactor.reset_read_lag()
+            self.reactor.stalls.reset()
+            self.reactor.stalls.attribute(True)
         self._process.cpu_percent(None)
         self._greenlets = [gevent.spawn(self._watch_loop), gevent.spawn(self._watch_cpu)]
 
     def stop(self) -> None:
         gevent.killall(self._greenlets, block=True)
+        if self.reactor is not None:
+            self.reactor.stalls.attribute(False)
 
     def _watch_loop(self) -> None:
         while True:
@@ -88,6 +102,8 @@ class HealthMonitor:
             **schedule_health(list(schedule_lags_s or ())),
         }
         out["read_lag_p99_ms"] = self.reactor.read_lag_percentile(99) if self.reactor is not None else None
+        if self.reactor is not None:
+            out.update(self.reactor.stalls.summary())
         return judge(out)
 
 
@@ -99,10 +115,14 @@ def merge_health(workers: dict[str, dict[str, Any] | None], master: dict[str, An
     if not reports:
         return master
     merged = dict(master)
-    for key in ("cpu_percent_mean", "cpu_percent_max", "loop_lag_p99_ms", "read_lag_p99_ms"):
+    for key in ("cpu_percent_mean", "cpu_percent_max", "loop_lag_p99_ms", "read_lag_p99_ms", "stall_p99_ms",
+                "stall_max_ms"):
         values = [h[key] for h in reports.values() if h.get(key) is not None]
         if values:
             merged[key] = max(values)  # the busiest worker decides
+    stalled = max(reports.items(), key=lambda item: item[1].get("stall_max_ms") or 0.0)
+    if stalled[1].get("longest_stalls"):
+        merged["longest_stalls"] = [dict(stall, worker=stalled[0]) for stall in stalled[1]["longest_stalls"]]
     merged["per_worker"] = reports
     return merged
 
@@ -114,16 +134,50 @@ def schedule_health(schedule_lags_s: list[float]) -> dict[str, Any]:
             "late_sends": late_sends(schedule_lags_s), "sends": len(schedule_lags_s)}
 
 
-def judge(health: dict[str, Any], median_itl_ms: float | None = None) -> dict[str, Any]:
-    """Decide (again) whether the client was the bottleneck, once the run's median ITL is known."""
-    limit = READ_LAG_LIMIT_MS if not median_itl_ms else max(1.0, READ_LAG_SHARE_OF_ITL * median_itl_ms)
+def merged_reads(records: Iterable[Any]) -> dict[str, Any]:
+    """How many reads of the run's streams brought two or more content events under one timestamp, among the
+    successful streams whose median gap is at least :data:`MERGE_MEDIAN_GAP_MS` (every read of a stream gives
+    its events one timestamp, so events with equal times came in one read).
+
+    Returns ``merged_reads``, ``stream_reads`` (the reads of those streams) and ``merged_read_share``."""
+    merged = reads = 0
+    floor_s = MERGE_MEDIAN_GAP_MS / 1000.0
+    for record in records:
+        times = record.chunk_times
+        if not record.success or len(times) < 3:
+            continue
+        gaps = np.diff(np.asarray(times, dtype=float))
+        if float(np.median(gaps)) < floor_s:
+            continue
+        same = gaps == 0.0
+        runs = int(np.count_nonzero(same[1:] & ~same[:-1])) + int(same[0])  # each run of equal times: one read
+        merged += runs
+        reads += len(times) - int(np.count_nonzero(same))
+    return {"merged_reads": merged, "stream_reads": reads,
+            "merged_read_share": round(merged / reads, 6) if reads else None}
+
+
+def judge(health: dict[str, Any], median_itl_ms: float | None = None,
+          records: Iterable[Any] | None = None) -> dict[str, Any]:
+    """Decide (again) whether the client was the bottleneck, once the run's median ITL and records are known:
+    its CPU, merged reads (from ``records``; a report without them keeps the counts it has), and for reads
+    without kernel timestamps its loop stalls; in an open loop, late sends too."""
+    if records is not None:
+        health.update(merged_reads(records))
     reasons = []
     cpu = health.get("cpu_percent_mean") or 0.0
     if cpu > CPU_LIMIT_PERCENT:
         reasons.append(f"client CPU averaged {cpu:.0f}% (> {CPU_LIMIT_PERCENT:.0f}%)")
-    read_lag = health.get("read_lag_p99_ms")
-    if read_lag is not None and read_lag > limit:
-        reasons.append(f"data read {read_lag:.1f} ms after it arrived at p99 (> {limit:.1f} ms, chunks may merge)")
+    share = health.get("merged_read_share")
+    if share is not None and share > MERGED_READ_LIMIT:
+        reasons.append(f"{100 * share:.2f}% of reads merged two or more chunks of a stream under one timestamp "
+                       f"(> {100 * MERGED_READ_LIMIT:.1f}%: ITLs read whole gaps long)"
+                       + _longest_stall_note(health))
+    stall = health.get("stall_p99_ms")
+    limit = STALL_LIMIT_MS if not median_itl_ms else max(1.0, STALL_SHARE_OF_ITL * median_itl_ms)
+    if health.get("read_lag_p99_ms") is None and stall is not None and stall > limit:
+        reasons.append(f"the loop looked at its sockets {stall:.1f} ms apart at p99 without kernel timestamps "
+                       f"(> {limit:.1f} ms: token times are late)")
     sched = health.get("schedule_lag_p99_ms") or 0.0
     late, sends = health.get("late_sends"), health.get("sends")
     too_many_late = late is None or not sends or late > max(1, LATE_SEND_SHARE * sends)
@@ -133,3 +187,15 @@ def judge(health: dict[str, Any], median_itl_ms: float | None = None) -> dict[st
     health["bottleneck"] = bool(reasons)
     health["reason"] = "; ".join(reasons)
     return health
+
+
+def _longest_stall_note(health: dict[str, Any]) -> str:
+    """``; the longest loop stall: 23.1 ms in <greenlet>`` where the report names one."""
+    longest = health.get("longest_stalls") or []
+    if not longest:
+        return ""
+    top = longest[0]
+    ran = top.get("greenlets") or []
+    what = f" in {ran[0]['what']}" if ran and ran[0]["ms"] >= top["ms"] / 2 else (
+        " in garbage collection" if top.get("gc_ms", 0) >= top["ms"] / 2 else "")
+    return f"; the longest loop stall {top['ms']:.1f} ms{what}"

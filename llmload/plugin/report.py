@@ -34,7 +34,8 @@ def run_accounting(run: Any) -> dict[str, int]:
             "lost": max(0, dispatched - records)}
 
 
-def client_health(run: Any, lags: list[float], median_itl_ms: float | None) -> dict[str, Any] | None:
+def client_health(run: Any, lags: list[float], median_itl_ms: float | None,
+                  records: list[Any] | None = None) -> dict[str, Any] | None:
     """The run's client health, judged as bench judges it (core/health): a local runner's own report; on a
     master the busiest worker's CPU, loop and read lags (their ``llm_done``) with the schedule lag of the records
     that arrived (re-assigned requests left out). None when no process watched it (a web UI test's workers
@@ -47,7 +48,7 @@ def client_health(run: Any, lags: list[float], median_itl_ms: float | None) -> d
         workers = {run.worker_name(cid): done.health for cid, done in run.reports.items()}
         counts = run.core.config.spec.open_loop_lag_counts and run.open_loop
         report = merge_health(workers, schedule_health(lags if counts else [])) if any(workers.values()) else None
-    return judge(dict(report), median_itl_ms) if report else None
+    return judge(dict(report), median_itl_ms, records) if report else None
 
 
 def _class_slos(run: Any) -> dict[str, dict[str, float]] | None:
@@ -93,7 +94,7 @@ def print_summary(run: Any) -> None:
     measured = run.core.finish(Outcome(list(raw), run_span(raw), lags or None, acc["not_sent"], lost=acc["lost"]),
                                class_slos=_class_slos(run))
     records, metrics = measured.records, measured.metrics
-    health = client_health(run, lags, metrics.itl.median_ms)
+    health = client_health(run, lags, metrics.itl.median_ms, records)
     lines = [format_summary(metrics, backend_label=opts.backend, client_health=health,
                             deployment=run.core.config.deployment),
              format_accounting(not_sent=acc["not_sent"], planned=acc["planned"],

@@ -190,9 +190,13 @@ def _health_lines(health: dict[str, Any]) -> list[str]:
         ("cpu_percent_max", "Client CPU max (%):"),
         ("read_lag_p99_ms", "P99 read lag after arrival (ms):"),
         ("loop_lag_p99_ms", "P99 event-loop lag (ms):"),
+        ("stall_p99_ms", "P99 loop stall (ms):"),
+        ("stall_max_ms", "Longest loop stall (ms):"),
     ):
         if health.get(key) is not None:
             lines.append(float_line(label, float(health[key])))
+    if health.get("merged_read_share") is not None:
+        lines.append(float_line("Reads that merged chunks (%):", 100.0 * float(health["merged_read_share"])))
     if health.get("bottleneck"):
         reason = health.get("reason") or "the load generator could not keep up"
         lines.append(f"WARNING: THE CLIENT WAS THE BOTTLENECK: {reason}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import ssl
 import sys
@@ -148,7 +149,7 @@ class Pool:
 
     def _connect(self) -> Connection:
         """A new connection; raises the socket's own ``OSError`` (mapped by :meth:`request`)."""
-        sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
+        sock = self._open_socket()
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             stamped = False
@@ -168,8 +169,26 @@ class Pool:
         conn.stamped = stamped and sys.platform.startswith("linux")
         return conn
 
+    def _open_socket(self) -> socket.socket:
+        """A connected socket. An IP address is connected to as it is: gevent would still hand it to its resolver
+        threads, whose GIL hand-offs stalled the loop for ~10 ms while a batch of connections opened. A host
+        name is resolved for every connection (round-robin DNS spreads them over the replicas)."""
+        family = _ip_family(self.host)
+        if family is None:
+            return socket.create_connection((self.host, self.port), timeout=self.connect_timeout)
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.connect_timeout)
+            sock.connect((self.host, self.port))
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
     def _exchange(self, conn: Connection, parser: ResponseParser, data: bytes,
                   before_send: Callable[[], None] | None, cancel_after_s: float | None) -> None:
+        # a batch of requests starting together (the slots a batch of ends freed) must not hold back the reads
+        self.reactor.yield_to_reads()
         if before_send is not None:
             before_send()
         now = perf_counter()
@@ -192,6 +211,15 @@ def _cancelling(on_lines: OnLines, after: int) -> OnLines:
             raise cancelled(resp)
 
     return listen
+
+
+def _ip_family(host: str) -> socket.AddressFamily | None:
+    """AF_INET or AF_INET6 for an IP address (``urlsplit`` gives an IPv6 one without brackets), None for a name."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    return socket.AF_INET6 if address.version == 6 else socket.AF_INET
 
 
 def _is_stale(exc: BaseException, parser: ResponseParser) -> bool:

@@ -29,6 +29,7 @@ from llmload.client.transport.errors import (
     request_timed_out,
 )
 from llmload.client.transport.parser import ResponseParser
+from llmload.client.transport.stalls import StallClock
 
 #: below glibc's mmap threshold (128 KiB): a larger read buffer costs an mmap + munmap per read (~30 µs)
 RECV_SIZE = 65536
@@ -38,6 +39,11 @@ SO_TIMESTAMPNS = 35
 _CMSG_SPACE = 64
 #: longest stretch of greenlet work between two polls for arriving data
 SWITCH_INTERVAL_S = 0.0005
+#: client work that yields to the reactor (:meth:`Reactor.yield_to_reads`) gets its sockets read once this
+#: long has passed since they were last looked at: far below any inter-token gap worth measuring
+READ_EVERY_S = 0.0005
+#: work waiting for an idle loop (:meth:`Reactor.idle_turn`) goes ahead after this long without one
+IDLE_WAIT_S = 0.002
 #: how often the watchdog checks read and request timeouts
 WATCH_INTERVAL_S = 0.25
 #: read-lag histogram: 0.1 ms buckets, the last one for 1 s or more
@@ -103,6 +109,12 @@ class Reactor:
         self.clock_offset = clock_offset()
         #: histogram of read lag (our read - kernel arrival): index = 0.1 ms buckets, last = 1 s or more
         self.read_lag = [0] * _LAG_BUCKETS
+        #: every stretch of loop work between two looks at the sockets (watched once the epoll set is open)
+        self.stalls = StallClock()
+        #: :meth:`yield_to_reads` reads once this long has passed since the sockets were last looked at
+        self.read_every_s = READ_EVERY_S
+        self._reading = False
+        self._idle_gate = _idle_gate()
 
     @property
     def uses_epoll(self) -> bool:
@@ -144,6 +156,33 @@ class Reactor:
                 timer.close()
             self._detach(fd)
 
+    def yield_to_reads(self) -> None:
+        """Give the reads a turn: client work (parsing a finished stream, a request's end, a send) calls this
+        between its pieces, from any greenlet. When the sockets have not been looked at for
+        :attr:`read_every_s`, every ready one is read now, in the caller's greenlet, with no switch.
+
+        Why: gevent runs queued greenlets one after another (it looks at the clock only every 50 of them) and
+        wakes every idle-waiter in one go, so a batch of streams ending together kept the loop from polling for
+        10-30 ms; a read that late merges two chunks under one timestamp (docs/design.md, "Transport").
+        """
+        if self.ep is None or self._reading:
+            return
+        if perf_counter() - self.stalls.last_look >= self.read_every_s:
+            self._on_ready(yielded=True)
+
+    def idle_turn(self, max_wait_s: float = IDLE_WAIT_S) -> None:
+        """Wait for a moment when the loop has nothing else to do, at most ``max_wait_s``, one greenlet at a time.
+
+        For client work that may wait (parsing a finished stream): reads, sends and timers go first. One at a
+        time because gevent wakes every idle-waiter in the same loop iteration; the bound because a loop busy
+        for longer than that has more work than idle moments, and the waiting work must still get done.
+        """
+        import gevent
+
+        with self._idle_gate:  # noqa: SIM117 (the bound is on the idle wait, not on waiting for the gate)
+            with gevent.Timeout(max_wait_s, False):
+                gevent.idle()
+
     def close(self) -> None:
         """Release the epoll set; reads still in flight fail as :class:`TransportError` (a disconnect)."""
         for fd, w in list(self.waiting.items()):
@@ -174,17 +213,31 @@ class Reactor:
         # started once and stopped only on release (re-arming an io watcher after a stop can miss a wake-up);
         # unref'd so it does not keep an otherwise finished loop alive; it holds the reactor only weakly, so
         # an unused reactor is collected and its epoll set released
-        watcher = gevent.get_hub().loop.io(ep.fileno(), 1, ref=False)
+        loop = gevent.get_hub().loop
+        watcher = loop.io(ep.fileno(), 1, ref=False)
         watcher.start(_on_ready, weakref.ref(self))
+        self.stalls.start(loop)
         self.ep, self._watcher = ep, watcher
-        self._release = weakref.finalize(self, _release, watcher, ep)
+        self._release = weakref.finalize(self, _release, watcher, ep, self.stalls)
         self._release.atexit = False  # at exit the hub may be gone; the process frees the fd anyway
 
-    def _on_ready(self) -> None:
-        """Runs in the hub (no greenlet switch) whenever the epoll set has ready sockets: read them all.
+    def _on_ready(self, yielded: bool = False) -> None:
+        """Runs in the hub (no greenlet switch) whenever the epoll set has ready sockets, or in a greenlet that
+        yields to the reads: read them all.
 
         Everything here is non-blocking; live ``on_lines`` listeners run here too and must not block.
         """
+        began = perf_counter()
+        if yielded:
+            self.stalls.looked(began)  # after libev's own poll its check watcher has marked the look
+        self._reading = True
+        try:
+            self._read_ready()
+        finally:
+            self._reading = False
+            self.stalls.reading(perf_counter() - began)
+
+    def _read_ready(self) -> None:
         waiting = self.waiting
         read = os.read
         for fd, _ev in self.ep.poll(0):
@@ -312,13 +365,20 @@ def read_directly(conn: Connection, parser: ResponseParser) -> None:
         conn.sock.settimeout(None)
 
 
+def _idle_gate() -> Any:
+    from gevent.lock import Semaphore
+
+    return Semaphore(1)
+
+
 def _on_ready(ref: weakref.ReferenceType[Reactor]) -> None:
     reactor = ref()
     if reactor is not None:
         reactor._on_ready()
 
 
-def _release(watcher: Any, ep: Any) -> None:
+def _release(watcher: Any, ep: Any, stalls: StallClock) -> None:
+    stalls.stop()
     watcher.stop()
     watcher.close()
     ep.close()
