@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from llmload.simproc import SimProcess
+from llmload.processes.simproc import SimProcess
 
 
 def _pct(values: list[float], p: float) -> float:

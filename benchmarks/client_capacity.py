@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from llmload.simproc import SimProcess
+from llmload.processes.simproc import SimProcess
 
 TTFT_MS, ITL_MS, OUTPUT, PROMPT = 50, 10, 200, 64
 #: the accuracy llmload holds against the floor reader at every level (issue 33)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from llmload.simproc import SimProcess  # noqa: E402
+from llmload.processes.simproc import SimProcess  # noqa: E402
 
 #: (name, path fragment) in order: the first match names a function's part
 PARTS = (

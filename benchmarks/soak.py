@@ -42,8 +42,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from llmload.errors import LLMLoadError
-from llmload.simproc import SimProcess
+from llmload.common.errors import LLMLoadError
+from llmload.processes.simproc import SimProcess
 
 RESULTS = Path(__file__).resolve().parent / "results"
 _PROGRESS = re.compile(r"^\[\s*(\d+)/(\d+)\]")

@@ -19,7 +19,7 @@ from statistics import median
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from llmload.simproc import SimProcess  # noqa: E402
+from llmload.processes.simproc import SimProcess  # noqa: E402
 
 MODES = ("bench", "bench --processes 2", "locust -f", "locust -f --processes 2")
 

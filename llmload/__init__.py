@@ -22,11 +22,11 @@ _LAZY = {
     "load_tokenizer": "llmload.tokenizer",
     "compute_metrics": "llmload.metrics",
     "get_backend": "llmload.client.backends",
-    "LLMLoadError": "llmload.errors",
-    "ConfigError": "llmload.errors",
-    "DatasetError": "llmload.errors",
-    "TokenizerError": "llmload.errors",
-    "EndpointError": "llmload.errors",
+    "LLMLoadError": "llmload.common.errors",
+    "ConfigError": "llmload.common.errors",
+    "DatasetError": "llmload.common.errors",
+    "TokenizerError": "llmload.common.errors",
+    "EndpointError": "llmload.common.errors",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -53,7 +53,7 @@ def _command_parser(name: str) -> tuple[argparse.ArgumentParser, object]:
 def main(argv: list[str] | None = None) -> int:
     entry_point = argv is None
     if entry_point:
-        from llmload.urls import mask_process_title
+        from llmload.common.urls import mask_process_title
 
         mask_process_title(sys.argv)  # a user:password@ URL must not stay visible to other users in ps
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_reporting_errors(func, args, parser: argparse.ArgumentParser) -> int:
     """Run a command; turn our errors into one line on stderr and an exit code."""
-    from llmload.errors import ConfigError, LLMLoadError
+    from llmload.common.errors import ConfigError, LLMLoadError
 
     try:
         return int(func(args) or 0)

@@ -12,9 +12,9 @@ from typing import Any
 
 from llmload.bench.console import log
 from llmload.bench.plan import RunPlan
+from llmload.common.errors import ConfigError, LLMLoadError
 from llmload.core.run import Outcome, Run, send_share
 from llmload.core.schedule import Schedule
-from llmload.errors import ConfigError, LLMLoadError
 
 
 def run_single(user: Any, run: Run, interrupts: Any, on_record: Any, journal: Any) -> Outcome:
@@ -60,8 +60,8 @@ class DistributedSetup:
         import subprocess
         import tempfile
 
-        from llmload.children import child_env, start_child
         from llmload.distributed import BenchMaster
+        from llmload.processes.children import child_env, start_child
 
         args = self.args
         expected = args.processes or args.expect_workers
@@ -148,7 +148,7 @@ class DistributedSetup:
                         workers, result.lost)
 
     def __exit__(self, *exc: object) -> None:
-        from llmload.children import stop_child
+        from llmload.processes.children import stop_child
 
         runner = getattr(self, "runner", None)
         if runner is not None:

@@ -65,7 +65,7 @@ def conclude(done: Finished) -> Concluded:
 
 
 def _exit_code(args: argparse.Namespace, metrics: Any, outcome: Outcome, wrote: bool) -> int:
-    from llmload.interrupts import exit_code, signal_name
+    from llmload.processes.interrupts import exit_code, signal_name
 
     if outcome.interrupted_by is not None:
         log(f"Interrupted by {signal_name(outcome.interrupted_by)}: the result above is partial")
@@ -80,7 +80,7 @@ def _exit_code(args: argparse.Namespace, metrics: Any, outcome: Outcome, wrote: 
 
 def _print_summary(done: Finished, metrics: Any, records: list, health_report: dict[str, Any]) -> None:
     """vLLM's capped list of failed requests, the summary blocks, the accounting and the server's block."""
-    from llmload.interrupts import signal_name
+    from llmload.processes.interrupts import signal_name
     from llmload.summary import format_accounting, format_failed_requests, format_summary
 
     args, outcome = done.plan.args, done.outcome

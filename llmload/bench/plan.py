@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from llmload.bench.console import log
+from llmload.common.errors import ConfigError
+from llmload.common.urls import redact_url, secrets_in
 from llmload.core.cancel import cancel_plan_from
 from llmload.core.models import model_mix_from
 from llmload.core.run import RunConfig
 from llmload.core.workload import replays_trace
-from llmload.errors import ConfigError
 from llmload.options import api_key, cluster_token
-from llmload.urls import redact_url, secrets_in
 
 
 def base_url(args: argparse.Namespace) -> str | None:

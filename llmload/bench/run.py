@@ -23,8 +23,8 @@ from llmload.bench.setup import (
     run_config,
     start_target,
 )
+from llmload.common.errors import EndpointError, LLMLoadError
 from llmload.core.run import Run
-from llmload.errors import EndpointError, LLMLoadError
 from llmload.options import CLUSTER_TOKEN_ENV, cluster_token
 
 __all__ = ["CLUSTER_TOKEN_ENV", "THRESHOLD_MISSED", "make_user_class", "run_bench", "run_worker"]
@@ -39,7 +39,7 @@ def run_worker(args: argparse.Namespace) -> int:
     import gevent
 
     from llmload.distributed import BenchWorker
-    from llmload.interrupts import Interrupted, RunInterrupts, exit_code
+    from llmload.processes.interrupts import Interrupted, RunInterrupts, exit_code
 
     token = cluster_token(args)
     env = environment()
@@ -88,9 +88,9 @@ def run_bench(args: argparse.Namespace) -> int:
 
 
 def with_interrupts(body: Callable[[Any], int], start_up: str) -> int:
-    """``body(interrupts)`` with SIGINT/SIGTERM handled for its lifetime (:mod:`llmload.interrupts`); a signal
+    """``body(interrupts)`` with SIGINT/SIGTERM handled for its lifetime (:mod:`llmload.processes.interrupts`); a signal
     during start-up ends it with one line saying nothing was measured (``start_up``: before what)."""
-    from llmload.interrupts import Interrupted, RunInterrupts
+    from llmload.processes.interrupts import Interrupted, RunInterrupts
 
     with RunInterrupts(log) as interrupts:
         try:

@@ -11,14 +11,14 @@ from typing import Any
 
 from llmload.bench.console import log
 from llmload.bench.plan import RunPlan
+from llmload.common.errors import EndpointError
+from llmload.common.urls import redact_url
 from llmload.core.run import Run, Target
-from llmload.errors import EndpointError
-from llmload.urls import redact_url
 
 
 def start_target(plan: RunPlan, stack: ExitStack) -> Target:
     """The server: ``--base-url``, or the built-in simulator started now (stopped when ``stack`` closes)."""
-    from llmload.simproc import SimProcess
+    from llmload.processes.simproc import SimProcess
 
     args = plan.args
     base_url = plan.base_url

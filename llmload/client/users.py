@@ -18,7 +18,6 @@ import orjson
 from gevent import GreenletExit
 from locust import User, task
 
-from llmload.choices import TTFT_RULES  # noqa: F401  (re-exported: llmload.client.users.TTFT_RULES)
 from llmload.client.backends import Backend, get_backend
 from llmload.client.backends.base import one_line
 from llmload.client.events import llm_events
@@ -29,6 +28,7 @@ from llmload.client.failures import (
 from llmload.client.reader import StreamReader
 from llmload.client.records import RequestRecord
 from llmload.client.transport import Pool, TransportError
+from llmload.common.choices import TTFT_RULES  # noqa: F401  (re-exported: llmload.client.users.TTFT_RULES)
 from llmload.core.models import ModelMix
 from llmload.core.schedule import Scheduled
 from llmload.core.state import state_of

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmload import argtypes
+from llmload.options import argtypes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from llmload.errors import ConfigError
+    from llmload.common.errors import ConfigError
     from llmload.report.build import build
     from llmload.report.sweep import sweep_paths
 
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _sweeps(args: argparse.Namespace, files: list, labels: list[str] | None) -> int:
-    from llmload.errors import ConfigError
+    from llmload.common.errors import ConfigError
     from llmload.report.sweep import GOODPUT_REJECTED, build_sweep
 
     if args.goodput:

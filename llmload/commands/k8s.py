@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from llmload import argtypes
+from llmload.options import argtypes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

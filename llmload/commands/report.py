@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import argparse
 
-from llmload import argtypes
+from llmload.options import argtypes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace, files: list) -> int:
-    from llmload.errors import ConfigError
+    from llmload.common.errors import ConfigError
     from llmload.report.sweep import GOODPUT_REJECTED, build_sweep
 
     if args.goodput:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from llmload import argtypes
+from llmload.options import argtypes
 from llmload.sim.config import DEFAULT_PROFILE, DIALECTS, PROFILES, Faults, SimConfig
 
 _FAULT_FLAGS = ("error_rate", "disconnect_rate", "stall_rate", "malformed_rate", "slow_headers_rate",
@@ -140,7 +140,7 @@ def _faults_and_trace(parser: argparse.ArgumentParser) -> None:
 def config_from_args(args: argparse.Namespace) -> SimConfig:
     from dataclasses import replace
 
-    from llmload.errors import ConfigError
+    from llmload.common.errors import ConfigError
 
     if (args.ttft_ms is None) != (args.itl_ms is None):
         raise ConfigError("fixed-timing mode needs both --ttft-ms and --itl-ms")
@@ -185,7 +185,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    from llmload.errors import ConfigError
+    from llmload.common.errors import ConfigError
     from llmload.sim.server import serve
 
     config = config_from_args(args)

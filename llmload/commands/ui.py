@@ -20,9 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from llmload import argtypes
-from llmload.errors import ConfigError
-from llmload.options import add_table_arguments
+from llmload.common.errors import ConfigError
+from llmload.options import add_table_arguments, argtypes
 
 #: used when no ``-f`` is given and the repository's locustfile is not at hand (an installed llmload)
 _LOCUSTFILE = '''"""Replay ShareGPT prompts as streaming completions (written by 'llmload ui')."""
@@ -89,7 +88,7 @@ def build_command(args: argparse.Namespace, host: str, locustfile: str) -> list[
 def run(args: argparse.Namespace) -> int:
     import shlex
 
-    from llmload.simproc import SimProcess
+    from llmload.processes.simproc import SimProcess
 
     if args.processes < 0:
         raise ConfigError(f"--processes must be >= 0, got {args.processes}")

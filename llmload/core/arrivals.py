@@ -25,8 +25,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from llmload.choices import RAMP_UP_STRATEGIES
-from llmload.errors import ConfigError
+from llmload.common.choices import RAMP_UP_STRATEGIES
+from llmload.common.errors import ConfigError
 
 
 def validate_arrivals(

@@ -20,7 +20,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from llmload.errors import ConfigError
+from llmload.common.errors import ConfigError
 from llmload.options import option_value
 
 #: the distributions a spec may name, and how many numbers each takes

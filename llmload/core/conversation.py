@@ -20,13 +20,13 @@ import numpy as np
 from gevent import GreenletExit
 from gevent.event import Event
 
-from llmload.choices import CONTEXT_POLICIES, HISTORY_MODES
 from llmload.client.failures import CUT_OFF
 from llmload.client.records import RequestRecord
+from llmload.common.choices import CONTEXT_POLICIES, HISTORY_MODES
+from llmload.common.errors import ConfigError
 from llmload.core.schedule import Scheduled
 from llmload.core.sink import RecordSink
 from llmload.datasets.base import SampleRequest, Turn
-from llmload.errors import ConfigError
 
 #: ``max_tokens`` of a turn whose reply the dataset does not record (and no fixed output length)
 DEFAULT_TURN_OUTPUT_LEN = 256

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llmload.errors import ConfigError
+from llmload.common.errors import ConfigError
 from llmload.options import option_value
 
 #: how a request's model is chosen

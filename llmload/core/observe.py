@@ -96,8 +96,8 @@ def server_scraper(options: Any, base_url: str, api_key: str | None, say: Callab
     ``<base-url>/metrics`` is tried quietly). Never fatal."""
     if getattr(options, "no_server_metrics", False) or not base_url:
         return None
+    from llmload.common.urls import redact_url
     from llmload.servermetrics import Scraper, metrics_url, probe
-    from llmload.urls import redact_url
 
     named = getattr(options, "server_metrics_url", "") or ""
     url = named or metrics_url(base_url)

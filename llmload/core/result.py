@@ -10,8 +10,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from llmload.interrupts import signal_name
 from llmload.options import option_value
+from llmload.processes.interrupts import signal_name
 
 
 def result_data(*, options: Any, metrics: Any, model_id: str, tokenizer_id: str, base_url: str, num_prompts: int,

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmload.client.records import RequestRecord
+from llmload.common.errors import DatasetError, LLMLoadError
+from llmload.common.urls import redact_url
 from llmload.core.conversation import ConversationPolicy, request_count
 from llmload.core.dispatch import RequestQueue, StopControl, Tally, run_closed_loop, run_open_loop
 from llmload.core.outcome import finish_records
@@ -35,10 +37,8 @@ from llmload.core.workload import (
     replays_trace,
     schedule_spec,
 )
-from llmload.errors import DatasetError, LLMLoadError
 from llmload.metrics.cost import Deployment, deployment_from
 from llmload.options import option_value
-from llmload.urls import redact_url
 
 Log = Callable[[str], None]
 
@@ -160,7 +160,7 @@ class Target:
         The tokenizer: ``--tokenizer``, else ``builtin`` for the simulator started here, else the server's
         hint, else the model. ``lenient`` (``locust -f``): a server that cannot answer leaves the model as
         given, and its first request says what is wrong."""
-        from llmload.target import Resolved, resolve_target
+        from llmload.core.target import Resolved, resolve_target
 
         given = (getattr(options, "model", "") or "").split(",")[0].strip()
         try:
@@ -242,10 +242,10 @@ class Run:
     def load(self, extra: int = 0) -> Workload:
         """The tokenizer and samples (``extra`` more first: a sweep's warm-up; a sweep's points are built with
         their session's ``workload`` instead). DatasetError/TokenizerError: one line."""
-        from llmload._compat import import_transformers
         from llmload.datasets import load_samples
         from llmload.options import prompt_count
         from llmload.tokenizer import BUILTIN, load_counting_tokenizer
+        from llmload.tokenizer.transformers_import import import_transformers
 
         opts, target = self.options, self.target
         num_prompts = self.num_prompts = prompt_count(opts, simulator=target.simulator)

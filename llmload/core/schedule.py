@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from llmload.common.errors import ConfigError
 from llmload.datasets.base import SampleRequest
-from llmload.errors import ConfigError
 
 #: the request id of the one request ``llmload bench`` sends before the run (never one of the run's ids)
 INITIAL_TEST_ID = "llmload-initial-test"

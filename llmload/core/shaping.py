@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmload.errors import ConfigError
+from llmload.common.errors import ConfigError
 
 #: option dest -> body field, in vLLM's order
 SAMPLING = {"top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "temperature": "temperature",

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmload.choices import TRACE_DATASETS
+from llmload.common.choices import TRACE_DATASETS
+from llmload.common.errors import ConfigError
 from llmload.core.conversation import ConversationPolicy
 from llmload.core.schedule import ScheduleSpec
 from llmload.datasets.traces.formats import MooncakeKeys
-from llmload.errors import ConfigError
 from llmload.options import option, option_value
 
 _opt = option_value  # the option's value, or the table's default
@@ -111,7 +111,7 @@ def forces_output_len(options: Any) -> bool:
 
 def conversation_policy(options: Any) -> ConversationPolicy:
     """How conversations replay (``--history``, ``--max-context-tokens``, ``--turn-think-time``, ...); a bad
-    value is a :class:`~llmload.errors.ConfigError`."""
+    value is a :class:`~llmload.common.errors.ConfigError`."""
     return ConversationPolicy(
         history=_opt(options, "history"),
         max_context_tokens=_opt(options, "max_context_tokens"),

@@ -15,7 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from llmload.choices import TRACE_DATASETS
+from llmload.common.choices import TRACE_DATASETS
+from llmload.common.errors import ConfigError, DatasetError
 from llmload.datasets.base import SampleRequest, Tokenizer, token_len
 from llmload.datasets.burstgpt import sample_burstgpt
 from llmload.datasets.conversations import sample_conversations
@@ -28,7 +29,6 @@ from llmload.datasets.sonnet import default_sonnet_path, sample_sonnet
 from llmload.datasets.spec_bench import sample_spec_bench
 from llmload.datasets.traces import TRACE_FORMATS, sample_trace
 from llmload.datasets.traces.blocks import default_mooncake_path
-from llmload.errors import ConfigError, DatasetError
 
 DATASET_NAMES = ("sharegpt", "random", "prefix_repetition", "custom", "sonnet", "burstgpt", "spec_bench", "hf",
                  *TRACE_DATASETS)

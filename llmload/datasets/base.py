@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from llmload.errors import DatasetError
+from llmload.common.errors import DatasetError
 
 
 @dataclass

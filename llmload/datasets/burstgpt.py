@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from llmload.common.errors import DatasetError
 from llmload.datasets.base import SampleRequest, Tokenizer
-from llmload.errors import DatasetError
 
 COLUMNS = ("Model", "Request tokens", "Response tokens")
 

@@ -43,10 +43,10 @@ from typing import Any
 
 import numpy as np
 
+from llmload.common.errors import DatasetError
 from llmload.datasets.base import SampleRequest, Tokenizer, Turn, token_len
 from llmload.datasets.prefix_repetition import ids_of_length
 from llmload.datasets.sharegpt import Selected, check_fixed_output_len, request_id, select_sharegpt
-from llmload.errors import DatasetError
 
 USER, ASSISTANT, SYSTEM = "user", "assistant", "system"
 ROLES = {

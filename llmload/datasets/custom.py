@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from llmload.common.errors import DatasetError
 from llmload.datasets.base import SampleRequest, Tokenizer, jsonl_objects, read_text, token_len
-from llmload.errors import DatasetError
 
 DEFAULT_OUTPUT_LEN = 256
 

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from llmload.common.errors import DatasetError
 from llmload.datasets.base import SampleRequest, Tokenizer, token_len
-from llmload.errors import DatasetError
 
 DEFAULT_OUTPUT_LEN = 256
 #: columns a prompt is taken from when the dataset is not one vLLM knows, in this order

@@ -23,8 +23,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from llmload.common.errors import DatasetError
 from llmload.datasets.base import SampleRequest, Tokenizer
-from llmload.errors import DatasetError
 
 DEFAULT_PREFIX_LEN = 256
 DEFAULT_SUFFIX_LEN = 256

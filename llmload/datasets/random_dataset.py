@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from llmload.common.errors import DatasetError
 from llmload.datasets.base import SampleRequest, Tokenizer
-from llmload.errors import DatasetError
 
 DEFAULT_INPUT_LEN = 1024
 DEFAULT_OUTPUT_LEN = 128

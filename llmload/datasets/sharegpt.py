@@ -29,8 +29,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from llmload.common.errors import DatasetError
 from llmload.datasets.base import SampleRequest, Tokenizer, token_len
-from llmload.errors import DatasetError
 
 MIN_LEN = 4
 MAX_PROMPT_LEN = 1024

@@ -12,8 +12,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+from llmload.common.errors import DatasetError
 from llmload.datasets.base import SampleRequest, Tokenizer, read_text, token_len
-from llmload.errors import DatasetError
 
 BASE_PROMPT = "Pick as many lines as you can from these poem lines:\n"
 DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_PREFIX_LEN = 550, 150, 200

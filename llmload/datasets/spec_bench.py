@@ -7,8 +7,8 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from llmload.common.errors import DatasetError
 from llmload.datasets.base import SampleRequest, Tokenizer, jsonl_objects, read_text, token_len
-from llmload.errors import DatasetError
 
 DEFAULT_OUTPUT_LEN = 256
 

@@ -191,7 +191,7 @@ class LiveExporter:
 
     def start(self, host: str, port: int) -> str:
         """Serve ``/metrics`` on ``host:port`` (0: a free port) in gevent's loop; returns the URL.
-        :class:`~llmload.errors.ConfigError` when it cannot listen there."""
+        :class:`~llmload.common.errors.ConfigError` when it cannot listen there."""
         from llmload.exporter.server import bind
 
         return self.serve(bind(host, port))

@@ -15,7 +15,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
-from llmload.errors import ConfigError
+from llmload.common.errors import ConfigError
 
 #: what ``/`` and ``/metrics`` answer; any other path is 404
 METRICS_PATHS = ("/metrics", "/")

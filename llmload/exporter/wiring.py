@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from llmload.errors import ConfigError
+from llmload.common.errors import ConfigError
 from llmload.exporter.metrics import LiveExporter
 from llmload.exporter.server import Endpoint, bind
 from llmload.options import option_value

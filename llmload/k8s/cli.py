@@ -7,7 +7,7 @@ import argparse
 import re
 import sys
 
-from llmload.errors import ConfigError
+from llmload.common.errors import ConfigError
 from llmload.k8s.flags import check_bench_flags, stop_timeout, ui_environment
 from llmload.k8s.render import manifests, to_yaml, write_directory
 from llmload.k8s.settings import Settings

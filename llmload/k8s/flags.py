@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from llmload.errors import ConfigError
+from llmload.common.errors import ConfigError
 
 #: flags the manifests set themselves, and what to use instead
 SET_BY_MANIFESTS = {

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import TYPE_CHECKING, Any
 
-from llmload.errors import ConfigError
+from llmload.common.errors import ConfigError
 from llmload.metrics.columns import ALIGNED, Tally, Values, joined
 from llmload.metrics.conversations import ConversationTally
 from llmload.metrics.definitions import LATE_SEND_MS, METRICS, QUEUE_METRICS, is_completed, late_sends
@@ -43,7 +43,7 @@ from llmload.metrics.slos import check_slos, model_key, slos_for, split_slos
 if TYPE_CHECKING:
     import numpy as np
 
-    from llmload.client.records import RequestRecord
+    from llmload.metrics.request import MeasuredRequest
 
 #: percentiles the live tab shows
 LIVE_PERCENTILES = (50.0, 90.0, 99.0)
@@ -95,7 +95,7 @@ class MetricsAccumulator:
         #: per record, in input order: counted output tokens (vLLM's ``actual_output_lens``)
         self.output_lens = array("q")
 
-    def add(self, record: RequestRecord) -> None:
+    def add(self, record: MeasuredRequest) -> None:
         completed = is_completed(record)
         key = (record.user_class, record.model)
         group = self._groups.get(key)
@@ -115,7 +115,7 @@ class MetricsAccumulator:
             for g in self._groups.values():
                 g.values.itl.to_histogram()
 
-    def extend(self, records: Iterable[RequestRecord]) -> None:
+    def extend(self, records: Iterable[MeasuredRequest]) -> None:
         for record in records:
             self.add(record)
 

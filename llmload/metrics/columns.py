@@ -24,7 +24,7 @@ from llmload.metrics.definitions import (
 from llmload.metrics.histogram import LogHistogram
 
 if TYPE_CHECKING:
-    from llmload.client.records import RequestRecord
+    from llmload.metrics.request import MeasuredRequest
 
 #: latency metrics taken from completed requests, one value each (aligned: NaN where it does not apply)
 ALIGNED = (*(k for k, m in METRICS.items() if m.applies_to != SENT and not m.pooled), *QUEUE_METRICS)
@@ -100,7 +100,7 @@ class Tally:
         self.failures: Counter[str] = Counter()
         self.examples: dict[str, str] = {}
 
-    def add(self, r: RequestRecord, completed: bool) -> None:
+    def add(self, r: MeasuredRequest, completed: bool) -> None:
         self.records += 1
         if not completed:
             if r.cut_off:
@@ -152,7 +152,7 @@ class Values:
         self.sent = {k: Column() for k in SENT_KEYS}
         self.itl = Pool()
 
-    def add(self, r: RequestRecord, completed: bool) -> None:
+    def add(self, r: MeasuredRequest, completed: bool) -> None:
         for key, column in self.sent.items():
             if (value := METRICS[key].value(r)) is not None:
                 column.append(value)

@@ -25,11 +25,11 @@ from llmload.metrics.definitions import (
 from llmload.metrics.result import BenchmarkMetrics
 
 if TYPE_CHECKING:
-    from llmload.client.records import RequestRecord
+    from llmload.metrics.request import MeasuredRequest
 
 
 def compute_metrics(
-    records: Sequence[RequestRecord],
+    records: Sequence[MeasuredRequest],
     duration_s: float,
     *,
     goodput_slos: Mapping[str, Any] | None = None,
@@ -68,7 +68,7 @@ def compute_metrics(
     return metrics
 
 
-def failure_counts(records: Sequence[RequestRecord]) -> tuple[dict[str, int], dict[str, str]]:
+def failure_counts(records: Sequence[MeasuredRequest]) -> tuple[dict[str, int], dict[str, str]]:
     """``(count per kind, first message per kind)`` over the records that did not complete, most frequent first
     (ties by name)."""
     tally = Tally()
@@ -77,7 +77,7 @@ def failure_counts(records: Sequence[RequestRecord]) -> tuple[dict[str, int], di
     return tally.failure_counts()
 
 
-def request_lists(records: Sequence[RequestRecord], metrics: BenchmarkMetrics | None = None, *,
+def request_lists(records: Sequence[MeasuredRequest], metrics: BenchmarkMetrics | None = None, *,
                   detailed: bool = False) -> dict[str, list]:
     """The per-request lists of today's ``vllm bench serve`` result JSON, one entry per request in input order:
     ``latencies`` (E2E seconds, 0.0 where none) and ``queue_times`` (seconds a request waited past its
@@ -93,7 +93,7 @@ def request_lists(records: Sequence[RequestRecord], metrics: BenchmarkMetrics | 
     return out
 
 
-def detailed_lists(records: Sequence[RequestRecord], metrics: BenchmarkMetrics | None = None) -> dict[str, list]:
+def detailed_lists(records: Sequence[MeasuredRequest], metrics: BenchmarkMetrics | None = None) -> dict[str, list]:
     """vLLM's ``--save-detailed`` lists, one entry per request in input order (times in seconds; ``input_lens``
     the dataset's prompt lengths, as vLLM; ``ttfts`` is 0.0 where no first token arrived, as vLLM's default)."""
     output_lens = metrics.output_lens if metrics is not None else None

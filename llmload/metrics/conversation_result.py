@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmload.metrics.result import Distribution
+from llmload.metrics.distribution import Distribution
 
 #: the one percentile the per-turn, conversation and reasoning numbers report (beside mean and median)
 TAIL = 99.0

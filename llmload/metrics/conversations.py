@@ -59,7 +59,7 @@ from llmload.metrics.percentiles import linear_percentiles
 from llmload.metrics.result import Distribution
 
 if TYPE_CHECKING:
-    from llmload.client.records import RequestRecord
+    from llmload.metrics.request import MeasuredRequest
 
 #: turns with this index or higher share one row (labelled "16+")
 TURN_ROWS = 16
@@ -78,7 +78,7 @@ class PrefixTally:
     cached: int = 0
     prompt: int = 0
 
-    def add(self, r: RequestRecord) -> None:
+    def add(self, r: MeasuredRequest) -> None:
         if r.cached_tokens is None:
             return
         self.requests += 1
@@ -137,7 +137,7 @@ class ConversationTally:
         self._ttfat = Column()
         self._answer_delay = Column()
 
-    def add(self, r: RequestRecord, completed: bool) -> None:
+    def add(self, r: MeasuredRequest, completed: bool) -> None:
         if r.turn > 0:
             self._add_turn(r, completed)
         if not completed:
@@ -151,7 +151,7 @@ class ConversationTally:
         if (delay := answer_delay_s(r)) is not None:
             self._answer_delay.append(delay)
 
-    def _add_turn(self, r: RequestRecord, completed: bool) -> None:
+    def _add_turn(self, r: MeasuredRequest, completed: bool) -> None:
         row = self._turns.get(turn_row(r.turn))
         if row is None:
             row = self._turns[turn_row(r.turn)] = _Turn()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from llmload.errors import ConfigError
+from llmload.common.errors import ConfigError
 
 SECONDS_PER_HOUR = 3600.0
 

@@ -17,10 +17,10 @@ import numpy as np
 from llmload.metrics.definitions import e2el_s, itls_s
 
 if TYPE_CHECKING:
-    from llmload.client.records import RequestRecord
+    from llmload.metrics.request import MeasuredRequest
 
 
-def token_times(record: RequestRecord) -> list[float]:
+def token_times(record: MeasuredRequest) -> list[float]:
     """vLLM's reconstruction of when each counted event came: first_token, then + each ITL."""
     if record.first_token is None:
         return []
@@ -30,7 +30,7 @@ def token_times(record: RequestRecord) -> list[float]:
     return times
 
 
-def peak_per_second(records: Iterable[RequestRecord]) -> tuple[float, int]:
+def peak_per_second(records: Iterable[MeasuredRequest]) -> tuple[float, int]:
     """``(max_output_tokens_per_s, max_concurrent_requests)`` over ``records`` (formulas in the module
     docstring); ``(0.0, 0)`` when none ended."""
     done = [(r, e2el) for r in records if (e2el := e2el_s(r)) is not None]
@@ -51,7 +51,7 @@ def peak_per_second(records: Iterable[RequestRecord]) -> tuple[float, int]:
     return float(np.max(tokens)), int(np.max(active))
 
 
-def peak_overlap(records: Iterable[RequestRecord]) -> int:
+def peak_overlap(records: Iterable[MeasuredRequest]) -> int:
     """Today's ``max_concurrent_requests``: the exact peak of overlapping ``[start, start + E2EL)`` intervals
     of the completed requests (a sweep line; at equal times an end comes before a start)."""
     from llmload.metrics.definitions import is_completed

@@ -20,14 +20,14 @@ from llmload.metrics.accumulator import MetricsAccumulator
 from llmload.metrics.definitions import is_completed
 
 if TYPE_CHECKING:
-    from llmload.client.records import RequestRecord
+    from llmload.metrics.request import MeasuredRequest
 
 #: the latency metrics a slice reports, and the statistics of each
 SLICE_METRICS = ("ttft", "itl", "tpot", "e2el")
 SLICE_PERCENTILES = (50.0, 90.0, 99.0)
 
 
-def time_slices(records: Sequence[RequestRecord], slice_s: float, *, end: float | None = None,
+def time_slices(records: Sequence[MeasuredRequest], slice_s: float, *, end: float | None = None,
                 goodput_slos: Mapping[str, Any] | None = None,
                 percentiles: Sequence[float] = SLICE_PERCENTILES) -> list[dict[str, Any]]:
     """One dict per slice of ``slice_s`` seconds from the first send to ``end`` (default: the last event of
@@ -76,5 +76,5 @@ def time_slices(records: Sequence[RequestRecord], slice_s: float, *, end: float 
     return out
 
 
-def _last_event(r: RequestRecord) -> float:
+def _last_event(r: MeasuredRequest) -> float:
     return r.end if r.end is not None else r.start

@@ -21,7 +21,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from llmload.errors import ConfigError
+from llmload.common.errors import ConfigError
 from llmload.metrics.definitions import GOODPUT_METRICS
 
 #: run-wide SLOs, or run-wide plus per-class and per-model ones: what :func:`parse_goodput` returns

@@ -9,7 +9,7 @@ form).
 
 from __future__ import annotations
 
-from llmload.choices import ARRIVALS, RAMP_UP_STRATEGIES, RECORDS_FORMATS, TRACE_FORMATS, TTFT_RULES
+from llmload.common.choices import ARRIVALS, RAMP_UP_STRATEGIES, RECORDS_FORMATS, TRACE_FORMATS, TTFT_RULES
 from llmload.options.build import add_bench_arguments, add_locust_options, add_options, add_table_arguments
 from llmload.options.spec import ENV_PREFIX, GROUPS, Option, Scope
 from llmload.options.table import DEFAULT_PROMPTS, OPTIONS, SIM_DEFAULT_PROMPTS, option, options_for

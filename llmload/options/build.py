@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from llmload.options import table
+import llmload.options.table as table
 from llmload.options.request_options import VLLM_INTERNAL_FLAGS
 from llmload.options.spec import GROUPS, Scope
 from llmload.options.table import options_for

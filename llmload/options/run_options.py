@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from llmload import argtypes
+import llmload.options.argtypes as argtypes
 from llmload.options.spec import Option, Scope
 
 BENCH = Scope.BENCH

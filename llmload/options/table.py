@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 
-from llmload import argtypes
-from llmload.choices import (
+import llmload.options.argtypes as argtypes
+from llmload.client.backends import BACKENDS
+from llmload.common.choices import (
     ARRIVALS,
     CONTEXT_POLICIES,
     HISTORY_MODES,
@@ -18,7 +19,6 @@ from llmload.choices import (
     TRACE_FORMATS,
     TTFT_RULES,
 )
-from llmload.client.backends import BACKENDS
 from llmload.datasets import DATASET_NAMES
 from llmload.options.request_options import REQUEST_OPTIONS
 from llmload.options.run_options import RUN_OPTIONS

@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from llmload.choices import TRACE_DATASETS
-from llmload.errors import ConfigError
+from llmload.common.choices import TRACE_DATASETS
+from llmload.common.errors import ConfigError
 from llmload.options.spec import Scope
 from llmload.options.table import DEFAULT_PROMPTS, SIM_DEFAULT_PROMPTS, option, options_for
 
@@ -32,7 +32,7 @@ def api_key(opts: Any) -> str | None:
     ``--api-key-file``, else ``$LLMLOAD_API_KEY``, else ``$OPENAI_API_KEY``.
 
     Never from a command-line flag: ``ps`` shows every command line to every user of the host. A file that
-    cannot be read, or holds no key, is a :class:`~llmload.errors.ConfigError` with a one-line message that
+    cannot be read, or holds no key, is a :class:`~llmload.common.errors.ConfigError` with a one-line message that
     names the file, never its content."""
     typed = getattr(opts, "api_key", None)
     if typed:
@@ -82,7 +82,7 @@ def _key_from_file(path: str) -> str:
 
 def prompt_count(opts: Any, *, simulator: bool) -> int | None:
     """``--num-prompts``' meaning: as given; without it 1000, or 200 against the built-in simulator (``llmload
-    sim``, started by bench or found through :func:`llmload.target.describe_server`). A trace without it
+    sim``, started by bench or found through :func:`llmload.core.target.describe_server`). A trace without it
     replays its whole window: None."""
     if opts.dataset_name in TRACE_DATASETS:
         return opts.num_prompts
@@ -95,7 +95,7 @@ def normalize_options(opts: Any) -> None:
     Locust converts a form field with ``type(current value)``: an option whose default is None
     (``--num-prompts``, ``--max-concurrency``, ...) gets a string, an empty field ``""``, and nothing is
     validated (a request rate of -1 passes). Here an empty field goes back to the default and every other value
-    goes through the option's type and choices; a bad one is a :class:`~llmload.errors.ConfigError`. Call it at
+    goes through the option's type and choices; a bad one is a :class:`~llmload.common.errors.ConfigError`. Call it at
     test start, before the options are used."""
     for spec in options_for(Scope.LOCUST):
         value = getattr(opts, spec.dest, None)

@@ -7,15 +7,11 @@ adds listeners to Locust's events and does nothing else. Each Locust environment
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
+from llmload.plugin.console import tell
+
 __all__ = ["install", "tell"]
-
-
-def tell(line: str) -> None:
-    """One line from llmload on ``locust -f``'s stderr, next to Locust's own log: ``llmload: <line>``."""
-    print(f"llmload: {line}", file=sys.stderr, flush=True)
 
 
 def install(events: Any = None) -> None:
@@ -26,8 +22,8 @@ def install(events: Any = None) -> None:
     if getattr(events, "llmload_plugin_installed", False):
         return
     events.llmload_plugin_installed = True
-    from llmload._compat import import_transformers
     from llmload.options import add_options
+    from llmload.tokenizer.transformers_import import import_transformers
 
     # Import transformers now, before Locust forks --processes workers: a worker that spends seconds importing
     # inside test_start misses its heartbeats and the master declares it dead.

@@ -39,7 +39,7 @@ from llmload.core.protocol import (
 )
 from llmload.core.schedule import LiveSchedule, Schedule
 from llmload.distributed.master import WorkerState, alive_workers, lose_worker
-from llmload.plugin import tell
+from llmload.plugin.console import tell
 
 #: how long past ``--stop-timeout`` the master waits for the workers' final batches
 FINAL_BATCH_WAIT_S = 30.0

@@ -12,7 +12,7 @@ from gevent.event import Event
 from llmload.core.observe import Observed, RunObserver, server_scraper
 from llmload.core.saturation import SaturationRule
 from llmload.options import option_value
-from llmload.plugin import tell
+from llmload.plugin.console import tell
 
 
 def start_observer(run: Any) -> RunObserver:

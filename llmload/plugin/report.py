@@ -8,7 +8,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from llmload.plugin import tell
+from llmload.plugin.console import tell
 
 
 def run_accounting(run: Any) -> dict[str, int]:
@@ -128,8 +128,8 @@ def print_summary(run: Any) -> None:
 def _write_result(run: Any, metrics: Any, acc: dict[str, int], observed: Any, health: dict[str, Any] | None,
                   path: Path, records: list) -> None:
     """``--llm-result``: the result JSON llmload bench writes for the same run (:mod:`llmload.core.result`)."""
+    from llmload.common.urls import redact_url
     from llmload.core.result import result_data, write_json
-    from llmload.urls import redact_url
 
     workers = _workers(run) if run.role == "master" else None
     workload = run.workload

@@ -22,6 +22,7 @@ from typing import Any
 import gevent
 from gevent.event import Event
 
+from llmload.common.errors import LLMLoadError
 from llmload.core import protocol
 from llmload.core.conversation import request_count
 from llmload.core.dispatch import (
@@ -39,10 +40,9 @@ from llmload.core.protocol import Done, Finished, Job, SetRate
 from llmload.core.schedule import LiveSchedule, Schedule, Scheduled, request_ids
 from llmload.core.sink import BatchShipper, RecordList
 from llmload.core.state import RunState
-from llmload.errors import LLMLoadError
 from llmload.options import option_value
-from llmload.plugin import tell
 from llmload.plugin.cluster import ClusterRole
+from llmload.plugin.console import tell
 from llmload.plugin.observing import finish_observer, health_report, say, start_observer, watch_health
 from llmload.plugin.report import open_journal
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from llmload.errors import ConfigError, DatasetError
+from llmload.common.errors import ConfigError, DatasetError
 from llmload.metrics import parse_goodput
 from llmload.report.findings import Finding, compare_findings, run_findings
 from llmload.report.loader import load_runs

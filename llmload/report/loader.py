@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from llmload.choices import RECORDS_FORMATS
 from llmload.client.records import RequestRecord
-from llmload.errors import DatasetError
+from llmload.common.choices import RECORDS_FORMATS
+from llmload.common.errors import DatasetError
 
 if TYPE_CHECKING:
     from llmload.servermetrics.snapshot import Snapshot

@@ -12,12 +12,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 if TYPE_CHECKING:
-    from llmload.report.stats import RunStats
+    from llmload.report.loader import Run
+
+
+class OnTheAxis(Protocol):
+    """What the server's part of a report reads of a run: the run itself and its time origin (a
+    :class:`~llmload.report.stats.RunStats` is one; the server's part never needs the rest)."""
+
+    @property
+    def run(self) -> Run: ...
+
+    @property
+    def t0(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -88,7 +99,7 @@ def _column(snapshots: list, name: str) -> np.ndarray:
     return np.asarray([s.series.get(name, math.nan) for s in snapshots], dtype=float)
 
 
-def server_series(stats: RunStats) -> ServerSeries | None:
+def server_series(stats: OnTheAxis) -> ServerSeries | None:
     """The run's scrapes on the report's time axis; None when the run has no series file."""
     snapshots = stats.run.server
     if not snapshots:
@@ -101,7 +112,7 @@ def server_series(stats: RunStats) -> ServerSeries | None:
     )
 
 
-def server_summary(stats: RunStats) -> dict[str, Any] | None:
+def server_summary(stats: OnTheAxis) -> dict[str, Any] | None:
     """The result JSON's ``server_metrics``, else the summary of the loaded series over the run's window
     (first send to first send + duration); None when the run has neither."""
     stored = stats.run.summary.get("server_metrics")
@@ -114,7 +125,7 @@ def server_summary(stats: RunStats) -> dict[str, Any] | None:
     return summarize(stats.run.server, stats.t0, stats.t0 + stats.run.duration)
 
 
-def saturation(stats: RunStats) -> dict[str, Any] | None:
+def saturation(stats: OnTheAxis) -> dict[str, Any] | None:
     """The result JSON's ``saturation`` verdict, when the run has one."""
     verdict = stats.run.summary.get("saturation")
     return verdict if isinstance(verdict, dict) else None

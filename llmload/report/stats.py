@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from llmload.client.records import RequestRecord
-from llmload.errors import LLMLoadError
+from llmload.common.errors import LLMLoadError
 from llmload.metrics import (
     METRICS,
     SENT,
@@ -27,9 +27,7 @@ from llmload.metrics import (
     itls_s,
 )
 from llmload.report.loader import Run
-
-if TYPE_CHECKING:
-    from llmload.report.server import ServerSeries
+from llmload.report.server import ServerSeries, server_series, server_summary
 
 
 @dataclass
@@ -147,15 +145,11 @@ class RunStats:
     @cached_property
     def server(self) -> ServerSeries | None:
         """The server's scraped series on the report's time axis (None without a series file)."""
-        from llmload.report.server import server_series
-
         return server_series(self)
 
     @cached_property
     def server_summary(self) -> dict[str, Any] | None:
         """The server's summary: the result JSON's ``server_metrics``, else computed from the series."""
-        from llmload.report.server import server_summary
-
         return server_summary(self)
 
     def goodput_value(self) -> float | None:

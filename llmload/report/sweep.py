@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from llmload.errors import ConfigError, DatasetError
+from llmload.common.errors import ConfigError, DatasetError
 from llmload.report.sweep_figures import SERIES_FILE, SWEEP_FIGURES, rows_of, write_sweep_figures
 from llmload.report.sweep_tables import (
     answer_notes,

@@ -6,7 +6,7 @@ on the same event loop; gevent's socket waits cooperatively whether or not the p
 and a deadline (``gevent.Timeout``) bounds the whole exchange, a server that trickles bytes included.
 
 Credentials: ``user:password@`` in the URL is sent as Basic authentication; ``headers`` (an API key) are sent
-as given. Neither appears in a message: URLs are shown through :func:`llmload.urls.redact_url` and any secret
+as given. Neither appears in a message: URLs are shown through :func:`llmload.common.urls.redact_url` and any secret
 that an exception's text might carry is masked.
 """
 
@@ -22,7 +22,7 @@ import gevent
 import gevent.socket
 import gevent.ssl
 
-from llmload.urls import MASK, basic_auth, redact_url, secrets_in
+from llmload.common.urls import MASK, basic_auth, redact_url, secrets_in
 
 #: failure kinds, as counted by the scraper
 HTTP_404, HTTP_ERROR, TIMEOUT, CONNECT, GARBAGE = "http_404", "http_error", "timeout", "connect", "garbage"

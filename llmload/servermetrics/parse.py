@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from llmload.errors import EndpointError
+from llmload.common.errors import EndpointError
 
 #: the longest excerpt of bad input quoted in an :class:`ExpositionError`
 EXCERPT_CHARS = 80

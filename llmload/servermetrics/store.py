@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from llmload.errors import DatasetError
+from llmload.common.errors import DatasetError
 from llmload.servermetrics.engines import source_names
 from llmload.servermetrics.parse import split_key
 from llmload.servermetrics.snapshot import Snapshot
@@ -124,7 +124,7 @@ def read_series(path: Path, clock_offset: float | None = None) -> list[Snapshot]
     """The snapshots of a file :func:`write_series` wrote. With ``clock_offset`` (the reader's
     ``wall - perf_counter``), every ``t`` is moved onto the reader's clock; without it, ``t`` is as written.
 
-    Raises :class:`~llmload.errors.DatasetError` naming the line for a file that is not such a file."""
+    Raises :class:`~llmload.common.errors.DatasetError` naming the line for a file that is not such a file."""
     try:
         lines = path.read_bytes().splitlines()
     except OSError as exc:

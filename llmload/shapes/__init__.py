@@ -28,7 +28,7 @@ A JSON file holds the same fields: ``{"shape": "steps", "steps": [[10, 0], [20, 
 "over": 60, "duration": 120}``, ``{"shape": "spike", "base": 5, "peak": 50, "at": 30, "width": 10,
 "duration": 90}``, ``{"shape": "sine", "mean": 10, "amplitude": 5, "period": 60, "phase": 0,
 "duration": 300}``. :func:`parse_shape` takes either (a path to an existing file, or text starting
-with ``{``). Every mistake is a :class:`~llmload.errors.ConfigError` naming the bad part.
+with ``{``). Every mistake is a :class:`~llmload.common.errors.ConfigError` naming the bad part.
 
 Open loop: :func:`rate_offsets` draws send offsets whose instantaneous rate follows the shape — a
 non-homogeneous Poisson process by time rescaling: unit-mean gaps ``e_i`` are summed into

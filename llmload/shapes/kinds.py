@@ -1,6 +1,6 @@
 """The four shape kinds as frozen value objects: ``value``, ``cumulative``, ``peak``, ``spec``.
 
-Each validates itself on construction (a :class:`~llmload.errors.ConfigError` naming the bad field), so a
+Each validates itself on construction (a :class:`~llmload.common.errors.ConfigError` naming the bad field), so a
 shape built from a spec, a JSON file or Python code is always usable. The grammar is in :mod:`llmload.shapes`.
 """
 
@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from llmload.errors import ConfigError
+from llmload.common.errors import ConfigError
 
 SHAPE_KINDS = ("steps", "ramp", "spike", "sine")
 

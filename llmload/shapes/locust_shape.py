@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from llmload.errors import ConfigError
+from llmload.common.errors import ConfigError
 from llmload.shapes.kinds import Shape
 
 

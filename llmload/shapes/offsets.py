@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from llmload.errors import ConfigError
+from llmload.common.errors import ConfigError
 from llmload.shapes.kinds import Shape
 
 _BISECT_STEPS = 64

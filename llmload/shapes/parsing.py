@@ -1,7 +1,7 @@
 """Shapes from text: the compact spec grammar, the JSON object form, and files holding either.
 
 The grammar and the JSON fields are in :mod:`llmload.shapes`. Every mistake is a
-:class:`~llmload.errors.ConfigError` naming the bad part, prefixed with the flag it came from.
+:class:`~llmload.common.errors.ConfigError` naming the bad part, prefixed with the flag it came from.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from llmload.errors import ConfigError
+from llmload.common.errors import ConfigError
 from llmload.shapes.kinds import SHAPE_KINDS, Ramp, Shape, Sine, Spike, Steps
 
 _TIME_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "h": 3600.0}

@@ -10,9 +10,9 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-from llmload import argtypes
+from llmload.common.errors import ConfigError
 from llmload.core.workload import replays_trace
-from llmload.errors import ConfigError
+from llmload.options import argtypes
 from llmload.sweep.search import Precision
 
 RATE, CONCURRENCY = "request_rate", "max_concurrency"

@@ -22,7 +22,7 @@ from llmload.sweep.table import point_row
 class PointStop:
     """One point's stop and cut-off events. The sweep's signals set them (and end the sweep); a saturation
     stop sets only this point's, so the next point starts afresh. Quacks like
-    :class:`llmload.interrupts.RunInterrupts` for :func:`llmload.bench.execute.execute`."""
+    :class:`llmload.processes.interrupts.RunInterrupts` for :func:`llmload.bench.execute.execute`."""
 
     def __init__(self, interrupts: Any) -> None:
         self._run = interrupts

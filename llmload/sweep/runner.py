@@ -184,7 +184,7 @@ def _f(value: Any, width: int = 8) -> str:
 
 
 def _exit_code(sweep: SweepPlan, data: dict[str, Any], interrupts: Any) -> int:
-    from llmload.interrupts import exit_code
+    from llmload.processes.interrupts import exit_code
 
     if interrupts.signum is not None:
         log("Interrupted: sweep.json holds the points that finished")

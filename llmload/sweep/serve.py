@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from llmload.errors import LLMLoadError
+from llmload.common.errors import LLMLoadError
 
 #: what a server answers once it is ready: vLLM, SGLang and llmload sim serve /health; every OpenAI-style
 #: server lists its models

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from llmload.bench.console import log
-from llmload.errors import ConfigError
+from llmload.common.errors import ConfigError
 from llmload.sweep.serve import ServerError, ServerProcess
 from llmload.sweep.spread import spread
 from llmload.sweep.table import read_sweep
@@ -198,7 +198,7 @@ def run_settings(args: argparse.Namespace) -> int:
         _write(args, output, entries, settings, done=code == 0 and signals.signum is None)
     print(format_settings(entries), flush=True)
     if signals.signum is not None:
-        from llmload.interrupts import exit_code
+        from llmload.processes.interrupts import exit_code
 
         log(f"Interrupted: {output / SETTINGS_FILE} holds the settings that finished")
         return exit_code(signals.signum)

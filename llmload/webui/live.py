@@ -28,7 +28,7 @@ from time import perf_counter
 from typing import Any
 
 from llmload.client.records import RequestRecord
-from llmload.errors import ConfigError
+from llmload.common.errors import ConfigError
 from llmload.metrics import GOODPUT_METRICS, METRICS, MetricsAccumulator, form_items, parse_goodput
 
 #: latency metrics, in display order: key -> label

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from llmload.common.errors import ConfigError
 from llmload.core.arrivals import (
     constant_offsets,
     parse_think_time,
@@ -15,7 +16,6 @@ from llmload.core.arrivals import (
     think_time,
     vllm_send_offsets,
 )
-from llmload.errors import ConfigError
 from llmload.shapes import parse_shape, rate_offsets
 
 

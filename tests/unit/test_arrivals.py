@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from llmload.common.errors import ConfigError
 from llmload.core.arrivals import request_rates, share_for_worker, vllm_send_offsets
-from llmload.errors import ConfigError
 
 
 def vllm_reference(n, request_rate, burstiness, seed, strategy=None, start_rps=None, end_rps=None):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from llmload.client.backends import BACKENDS, StreamEvent, get_backend
 from llmload.client.sse import DONE, parse_line
-from llmload.errors import ConfigError, EndpointError
+from llmload.common.errors import ConfigError, EndpointError
 
 
 def events(name: str, raw: bytes) -> list[StreamEvent]:

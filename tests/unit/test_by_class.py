@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from llmload.client.records import RequestRecord
-from llmload.errors import ConfigError
+from llmload.common.errors import ConfigError
 from llmload.metrics import MetricsAccumulator, compute_metrics, parse_goodput, split_slos
 from llmload.summary import format_summary
 from llmload.webui.live import LiveStats, parse_slos

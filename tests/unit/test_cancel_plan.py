@@ -8,9 +8,9 @@ import math
 import pytest
 
 from llmload.client.records import RequestRecord
+from llmload.common.errors import ConfigError
 from llmload.core.cancel import CancelAfter, cancel_plan
 from llmload.core.settings import UserSettings
-from llmload.errors import ConfigError
 from llmload.metrics import compute_metrics
 
 

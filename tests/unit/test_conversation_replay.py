@@ -11,12 +11,12 @@ import gevent
 import pytest
 
 from llmload.client.records import RequestRecord
+from llmload.common.errors import ConfigError
 from llmload.core.conversation import ConversationPolicy, request_count, turn_id
 from llmload.core.dispatch import RequestQueue, StopControl, run_closed_loop, run_open_loop
 from llmload.core.schedule import Scheduled
 from llmload.core.sink import RecordList
 from llmload.datasets.base import SampleRequest, Turn
-from llmload.errors import ConfigError
 
 
 class ScriptedSender:

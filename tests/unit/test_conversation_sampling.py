@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from llmload.common.errors import ConfigError, DatasetError
 from llmload.datasets import (
     default_sharegpt_path,
     load_samples,
@@ -17,7 +18,6 @@ from llmload.datasets import (
 )
 from llmload.datasets.base import Turn
 from llmload.datasets.conversations import shared_system_prompt
-from llmload.errors import ConfigError, DatasetError
 from llmload.tokenizer import load_counting_tokenizer
 
 

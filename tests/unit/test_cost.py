@@ -8,8 +8,8 @@ import argparse
 import pytest
 
 from llmload.client.records import RequestRecord
+from llmload.common.errors import ConfigError
 from llmload.core.result import result_data
-from llmload.errors import ConfigError
 from llmload.metrics import Deployment, compute_metrics
 from llmload.summary import format_summary
 from llmload.sweep.table import point_row

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from llmload.common.errors import ConfigError, DatasetError
 from llmload.datasets import (
     SampleRequest,
     default_sharegpt_path,
@@ -19,7 +20,6 @@ from llmload.datasets import (
     sample_random,
     sample_sharegpt,
 )
-from llmload.errors import ConfigError, DatasetError
 from llmload.tokenizer import load_counting_tokenizer
 
 

@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from llmload.client.failures import CUT_OFF, HTTP_5XX, KINDS, READ_TIMEOUT
 from llmload.client.records import RequestRecord
-from llmload.errors import ConfigError
+from llmload.common.errors import ConfigError
 from llmload.exporter import IN_FLIGHT, METRIC_NAMES, LiveExporter, bind, sample_names
 from llmload.exporter.collector import BucketCounts
 from llmload.exporter.metrics import FAMILIES, OUTCOMES

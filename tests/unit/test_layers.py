@@ -1,13 +1,16 @@
 """Protects the layers: the import graph, read from the code, against docs/design.md's table "Modules and what
 they may import", so that neither can drift from the other.
 
-Every ``import`` of llmload under ``llmload/`` counts, the ones inside functions too (they run); imports under
-``if TYPE_CHECKING:`` do not (they never run). A *unit* is a top-level module (``errors`` for
-``llmload/errors.py``) or package (``core`` for ``llmload/core/``), or, inside ``llmload/client/`` (the client
-side, which spans layers), one of its modules or subpackages (``client.transport``). For each row of the table the test holds:
-the units its code imports are exactly the ones the row lists, none of them is one it must not import, the
-units import one another without a cycle and so do the modules; no module imports another's private names.
-The layer picture in docs/design.md is this graph's, and is checked too.
+Every ``import`` of llmload under ``llmload/`` counts: the ones inside functions (they run) and the ones under
+``if TYPE_CHECKING:`` (a loop in the types is a loop in the design); a module that takes names from its own
+package's ``__init__`` (``from llmload.plugin import tell``) while that ``__init__`` imports it is a loop too (a
+submodule named that way, ``from llmload.options import table``, is an import of the submodule). A *unit* is a top-level package (``core`` for
+``llmload/core/``) or module (``cli``), or, inside ``llmload/client/`` (the client side, which spans layers), one
+of its modules or subpackages (``client.transport``). For each row of the table the test holds: the units its code
+imports are exactly the ones the row lists, none of them is one it must not import, the units import one another
+without a cycle and so do the modules; no module imports another's private names; no module lies loose beside
+the packages (only ``__init__``, ``__main__`` and ``cli``). The layer picture in docs/design.md is this graph's,
+and is checked too.
 
 ``python tests/unit/test_layers.py`` prints the graph and the picture to paste.
 """
@@ -34,6 +37,8 @@ ROOT_UNIT = "llmload"
 #: packages that group units of several layers: each of their modules and subpackages is a unit of its own
 #: (``client.users``, ``client.transport``); the package's ``__init__`` is the unit ``client``
 SPLIT_PACKAGES = frozenset({"client"})
+#: the only modules allowed directly in llmload/, beside its packages
+TOP_MODULES = frozenset({"__init__", "__main__", "cli"})
 
 
 @dataclass(frozen=True)
@@ -72,22 +77,11 @@ def unit_of(module: str) -> str:
     return parts[1] if len(parts) > 1 else ROOT_UNIT
 
 
-def _type_checking_nodes(tree: ast.AST) -> set[int]:
-    skipped: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skipped.update(id(n) for child in node.body for n in ast.walk(child))
-    return skipped
-
-
 def imports_in(module: str, source: str, modules: set[str], is_package: bool = False) -> list[Import]:
-    """Every run-time import of llmload in ``source`` (the text of ``module``), resolved to the module loaded."""
+    """Every import of llmload in ``source`` (the text of ``module``), resolved to the modules it loads."""
     tree = ast.parse(source)
-    skipped = _type_checking_nodes(tree)
     found: list[Import] = []
     for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
         if isinstance(node, ast.Import):
             found += [Import(module, alias.name, node.lineno) for alias in node.names
                       if alias.name.split(".")[0] == "llmload"]
@@ -103,7 +97,7 @@ def imports_in(module: str, source: str, modules: set[str], is_package: bool = F
             names = tuple(alias.name for alias in node.names)
             submodules = [f"{target}.{n}" for n in names if f"{target}.{n}" in modules]
             found += [Import(module, sub, node.lineno) for sub in submodules]
-            if len(submodules) < len(names):
+            if len(submodules) < len(names):  # names of the package's __init__ itself
                 found.append(Import(module, target, node.lineno, tuple(n for n in names if f"{target}.{n}"
                                                                          not in modules)))
     return found
@@ -266,12 +260,37 @@ def test_units_import_one_another_without_a_cycle(graph: dict[str, set[str]]) ->
     assert not cycles(graph)
 
 
-def test_modules_import_one_another_without_a_cycle(found: list[Import]) -> None:
+def module_graph(found: list[Import]) -> dict[str, set[str]]:
+    """Module -> the modules it imports (a package's ``__init__`` is the package's name)."""
     modules: dict[str, set[str]] = defaultdict(set)
     for i in found:
-        if i.target != i.module and not i.module.startswith(i.target + "."):  # a package's own __init__
+        if i.target != i.module:
             modules[i.module].add(i.target)
-    assert not cycles(modules)
+    return modules
+
+
+def loose_modules(paths: list[Path]) -> list[str]:
+    """The modules directly in llmload/ that are not :data:`TOP_MODULES`."""
+    return sorted(p.stem for p in paths if p.parent == PACKAGE and p.suffix == ".py" and p.stem not in TOP_MODULES)
+
+
+def test_modules_import_one_another_without_a_cycle(found: list[Import]) -> None:
+    assert not cycles(module_graph(found))
+
+
+def test_no_module_lies_loose_beside_the_packages() -> None:
+    assert not loose_modules(list(PACKAGE.glob("*.py")))
+
+
+def test_the_checks_find_a_loose_module_and_a_loop_through_a_package_init() -> None:
+    """They can fail: a new loose module, and a module that imports its own package's ``__init__`` (here in the
+    types only) while the ``__init__`` imports it."""
+    assert loose_modules([PACKAGE / "cli.py", PACKAGE / "helpers.py", PACKAGE / "core" / "run.py"]) == ["helpers"]
+    modules = {"llmload.pkg", "llmload.pkg.build", "llmload.pkg.table"}
+    init = imports_in("llmload.pkg", "from llmload.pkg.build import add\n", modules, is_package=True)
+    build = imports_in("llmload.pkg.build", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                       "    from llmload.pkg import Table\n", modules)
+    assert cycles(module_graph(init + build)) == [["llmload.pkg", "llmload.pkg.build"]]
 
 
 def test_no_module_imports_another_s_private_names(found: list[Import]) -> None:
@@ -296,9 +315,10 @@ def test_the_check_fails_on_a_forbidden_import(graph: dict[str, set[str]]) -> No
     grown = {u: set(v) for u, v in graph.items()}
     grown["core"].add("plugin")
     assert "core imports plugin, which design.md says it must not import" in violations(grown, rules)
-    # and an import under TYPE_CHECKING does not count: it never runs
+    # and an import under TYPE_CHECKING counts as well: a dependency in the types is one in the design
     typing_only = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from llmload.plugin import run\n"
-    assert imports_in("llmload.core.extra", typing_only, set(all_modules())) == []
+    assert {unit_of(i.target) for i in imports_in("llmload.core.extra", typing_only, set(all_modules()))} == {
+        "plugin"}
 
 
 def test_the_check_finds_a_cycle() -> None:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from llmload.client.records import RequestRecord
-from llmload.errors import ConfigError
+from llmload.common.errors import ConfigError
 from llmload.metrics import (
     DETAILED_KEYS,
     Distribution,

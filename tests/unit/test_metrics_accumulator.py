@@ -202,7 +202,7 @@ def test_percentile_rules() -> None:
 def test_parse_goodput_plain_form_is_unchanged_and_rejects_nonsense() -> None:
     assert parse_goodput(["ttft:500", "tpot:50"]) == {"ttft": 500.0, "tpot": 50.0}
     assert parse_goodput(None) is None and parse_goodput([]) is None
-    from llmload.errors import ConfigError
+    from llmload.common.errors import ConfigError
 
     for bad in ("ttft", "itl:5", "ttft:-1", "ttft:x", "ttft:nan", ":ttft:5", "ttft:tpot:5"):
         with pytest.raises(ConfigError):

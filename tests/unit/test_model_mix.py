@@ -8,9 +8,9 @@ from collections import Counter
 
 import pytest
 
+from llmload.common.errors import ConfigError
 from llmload.core.models import ModelMix, model_mix
 from llmload.core.settings import UserSettings
-from llmload.errors import ConfigError
 from llmload.sim.lora import AdapterSlots
 
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from llmload.common.errors import DatasetError
 from llmload.datasets import load_samples
 from llmload.datasets.traces import detect_format, read_trace, sample_trace
 from llmload.datasets.traces.blocks import BlockPrompts, default_mooncake_path, prefix_reuse
 from llmload.datasets.traces.formats import MooncakeKeys, TraceRow
 from llmload.datasets.traces.prompts import PromptBuilder
-from llmload.errors import DatasetError
 from llmload.tokenizer import load_counting_tokenizer
 
 BLOCK = 512

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from support import offline_env
 
-from llmload.errors import ConfigError, EndpointError
+from llmload.common.errors import ConfigError, EndpointError
 from llmload.options import (
     GROUPS,
     OPTIONS,
@@ -351,7 +351,7 @@ def test_docs_page_is_generated_from_the_table() -> None:
 
 @pytest.mark.slow
 def test_simulator_names_its_tokenizer_and_describe_server_reads_it(start_sim) -> None:
-    from llmload.target import describe_server
+    from llmload.core.target import describe_server
     from llmload.tokenizer import builtin_tokenizer_dir
 
     tokenizer_dir = str(builtin_tokenizer_dir())
@@ -367,7 +367,7 @@ def test_simulator_names_its_tokenizer_and_describe_server_reads_it(start_sim) -
 def test_describe_server_keeps_served_models_messages() -> None:
     import socket
 
-    from llmload.target import describe_server
+    from llmload.core.target import describe_server
 
     with socket.socket() as refuser:  # bound, not listening: connections are refused
         refuser.bind(("127.0.0.1", 0))

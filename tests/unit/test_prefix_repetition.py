@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
+from llmload.common.errors import ConfigError, DatasetError
 from llmload.datasets import DATASET_NAMES, load_samples, sample_prefix_repetition
-from llmload.errors import ConfigError, DatasetError
 from llmload.tokenizer import load_counting_tokenizer
 
 

@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
+from llmload.common.errors import ConfigError
 from llmload.core.schedule import LiveSchedule, Schedule, ScheduleSpec, assign_classes, request_ids
 from llmload.datasets.base import SampleRequest
-from llmload.errors import ConfigError
 
 
 def samples(n: int, with_ids: bool = True) -> list[SampleRequest]:

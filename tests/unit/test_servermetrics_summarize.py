@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llmload.errors import DatasetError
+from llmload.common.errors import DatasetError
 from llmload.servermetrics import (
     Snapshot,
     build_snapshot,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from llmload.errors import ConfigError
+from llmload.common.errors import ConfigError
 from llmload.sweep.settings import Setting, check_template, child_argv, parse_grid, render
 from llmload.sweep.spread import spread
 

@@ -13,7 +13,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from llmload.errors import ConfigError
+from llmload.common.errors import ConfigError
 from llmload.shapes import Ramp, Sine, Spike, Steps, parse_shape, rate_offsets
 
 SPECS = [

@@ -51,7 +51,7 @@ def test_the_target_knows_the_simulator_s_profile(sim_url: str) -> None:
 
 
 def test_a_server_that_is_not_there_is_one_error_unless_lenient() -> None:
-    from llmload.errors import EndpointError
+    from llmload.common.errors import EndpointError
 
     options = Namespace(model="", tokenizer="", read_timeout=2.0)
     with pytest.raises(EndpointError):

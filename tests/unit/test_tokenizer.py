@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from llmload.errors import TokenizerError
+from llmload.common.errors import TokenizerError
 from llmload.tokenizer import builtin_tokenizer_dir, load_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -142,8 +142,8 @@ def _sample_texts() -> list[str]:
 def test_counting_tokenizer_is_the_transformers_one_without_transformers(tok) -> None:
     """Texts across the shipped sample: the same ids (with and without BOS), offsets, decoded text and special
     ids as transformers' PreTrainedTokenizerFast reading the same files."""
-    from llmload.builtin_tokenizer import BuiltinTokenizer
     from llmload.tokenizer import load_counting_tokenizer
+    from llmload.tokenizer.builtin import BuiltinTokenizer
 
     light = load_counting_tokenizer("builtin")
     assert isinstance(light, BuiltinTokenizer)

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from llmload.common.errors import ConfigError, DatasetError
 from llmload.datasets import load_samples, sample_trace, token_len
 from llmload.datasets.traces import detect_format
-from llmload.errors import ConfigError, DatasetError
 from llmload.tokenizer import load_counting_tokenizer
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,9 +11,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from llmload.argtypes import range_ratios
 from llmload.core.run import oversample, oversamples
 from llmload.datasets import sample_random, sample_sharegpt
+from llmload.options.argtypes import range_ratios
 from llmload.tokenizer import BUILTIN, load_counting_tokenizer
 
 
@@ -101,8 +101,8 @@ def test_spec_bench_first_turns_of_a_category(tokenizer, tmp_path: Path) -> None
 def test_hf_reads_local_copies_by_vllm_s_rules(tokenizer, tmp_path: Path) -> None:
     import pandas as pd
 
+    from llmload.common.errors import DatasetError
     from llmload.datasets import load_samples
-    from llmload.errors import DatasetError
 
     root = tmp_path / "InstructCoder"
     (root / "data").mkdir(parents=True)

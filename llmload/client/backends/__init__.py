@@ -13,7 +13,7 @@ from llmload.client.backends.responses import OpenAIResponses
 from llmload.client.backends.sglang import SGLangNative
 from llmload.client.backends.tensorrt_llm import TensorRTLLM
 from llmload.client.backends.tgi import TGI
-from llmload.errors import ConfigError
+from llmload.common.errors import ConfigError
 
 __all__ = ["BACKENDS", "Backend", "StreamEvent", "get_backend"]
 

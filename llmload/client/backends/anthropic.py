@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmload.client.backends.base import EMPTY, Backend, StreamEvent, as_int, as_str, decode_response
-from llmload.errors import EndpointError
+from llmload.common.errors import EndpointError
 
 #: the API version header Anthropic requires (vLLM and SGLang accept it)
 API_VERSION = "2023-06-01"

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from llmload.client.sse import DONE
-from llmload.errors import EndpointError
+from llmload.common.errors import EndpointError
 
 #: longest error message kept from the wire (they end up in records and summaries)
 MAX_ERROR_CHARS = 300

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmload.client.backends.base import EMPTY, Backend, StreamEvent, as_int, as_str, decode_response
-from llmload.errors import EndpointError
+from llmload.common.errors import EndpointError
 
 
 def _usage(data: dict) -> tuple[int | None, int | None]:

@@ -23,7 +23,7 @@ from llmload.client.backends.base import (
     decode_response,
     one_line,
 )
-from llmload.errors import EndpointError
+from llmload.common.errors import EndpointError
 
 #: delta events that carry generated output, and whether it is reasoning
 _TEXT = "response.output_text.delta"

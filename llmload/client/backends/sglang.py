@@ -9,7 +9,7 @@ does not extend the previous one switches the state to taking text as is.
 from __future__ import annotations
 
 from llmload.client.backends.base import Backend, StreamEvent, as_int, as_str, decode_response
-from llmload.errors import EndpointError
+from llmload.common.errors import EndpointError
 
 
 class SGLangState:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from llmload.client.backends.base import Backend, StreamEvent, as_str, decode_response
-from llmload.errors import EndpointError
+from llmload.common.errors import EndpointError
 
 
 class TensorRTLLM(Backend):

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from llmload.client.records.record import RequestRecord
-from llmload.errors import ConfigError
+from llmload.common.errors import ConfigError
 
 
 def records_path(result_path: Path, fmt: str) -> Path:

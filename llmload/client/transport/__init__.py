@@ -12,7 +12,8 @@ the stream, in the request's own greenlet.
 Without epoll (not Linux) each request reads its own socket with the same parser.
 
     errors   the TransportError tree and the failure kind of each type
-    parser   Response, ResponseParser (framing)
+    response Response (status, headers, timestamped lines)
+    parser   ResponseParser (framing)
     reactor  Reactor (epoll reads, timeouts, read lag), Connection
     pool     Pool (keep-alive connections; maps socket errors to TransportError)
 """
@@ -40,7 +41,7 @@ from llmload.client.transport.errors import (
     read_timed_out,
     request_timed_out,
 )
-from llmload.client.transport.parser import MAX_HEAD, OnLines, Response, ResponseParser
+from llmload.client.transport.parser import MAX_HEAD, OnLines, ResponseParser
 from llmload.client.transport.pool import Pool
 from llmload.client.transport.reactor import (
     RECV_SIZE,
@@ -50,6 +51,7 @@ from llmload.client.transport.reactor import (
     Connection,
     Reactor,
 )
+from llmload.client.transport.response import Response
 
 __all__ = [
     "CANCELLED", "CLIENT_ERROR", "CONNECT", "DISCONNECT", "KIND_BY_TYPE", "MALFORMED_HTTP", "MAX_HEAD", "READ_TIMEOUT",

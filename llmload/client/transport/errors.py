@@ -30,7 +30,7 @@ from llmload.client.failures import (
 )
 
 if TYPE_CHECKING:
-    from llmload.client.transport.parser import Response
+    from llmload.client.transport.response import Response
 
 __all__ = [
     "CANCELLED", "CLIENT_ERROR", "CONNECT", "DISCONNECT", "KIND_BY_TYPE", "MALFORMED_HTTP", "READ_TIMEOUT",

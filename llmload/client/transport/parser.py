@@ -9,29 +9,13 @@ import re
 from collections.abc import Callable
 
 from llmload.client.transport.errors import ClosedBeforeResponse, ClosedMidStream, ProtocolError
+from llmload.client.transport.response import Response
 
 #: the largest response head (status line and headers) accepted
 MAX_HEAD = 1 << 20
 OnLines = Callable[["Response", int], None] | None
 #: a chunk size: hex digits only (no sign, no 0x, no underscores: int(_, 16) would take those), at most 2**64
 _HEX = re.compile(rb"[0-9A-Fa-f]{1,16}")
-
-
-class Response:
-    """Status, headers, and the body as (timestamp, line) pairs plus raw bytes. The raw bytes are kept only
-    where something reads them (an error status, a JSON or other whole answer): a 200 event stream is held
-    once, as its lines."""
-
-    __slots__ = ("body", "header_time", "headers", "lines", "reusable", "status")
-
-    def __init__(self) -> None:
-        self.status = 0
-        self.headers: dict[str, str] = {}
-        self.header_time = 0.0
-        #: (perf_counter of the read that completed the line, line without the trailing newline)
-        self.lines: list[tuple[float, bytes]] = []
-        self.body = b""
-        self.reusable = False
 
 
 class ResponseParser:

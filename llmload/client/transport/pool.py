@@ -20,9 +20,10 @@ from llmload.client.transport.errors import (
     read_timed_out,
     request_timed_out,
 )
-from llmload.client.transport.parser import OnLines, Response, ResponseParser
+from llmload.client.transport.parser import OnLines, ResponseParser
 from llmload.client.transport.reactor import SO_TIMESTAMPNS, Connection, Reactor
-from llmload.errors import ConfigError
+from llmload.client.transport.response import Response
+from llmload.common.errors import ConfigError
 
 #: socket errors of a reused keep-alive connection the server had already closed
 _STALE_ERRORS = (ConnectionResetError, BrokenPipeError)
@@ -46,7 +47,7 @@ class Pool:
     def __init__(self, base_url: str, *, connect_timeout: float = 30.0, read_timeout: float = 600.0,
                  request_timeout: float | None = None, reactor: Reactor | None = None,
                  verify_tls: bool = True) -> None:
-        from llmload.urls import basic_auth, redact_url
+        from llmload.common.urls import basic_auth, redact_url
 
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:

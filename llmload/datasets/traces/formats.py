@@ -1,7 +1,7 @@
 """Trace files: detect the format, read every row, validate it, order the rows by time.
 
 Formats and their columns are described in :mod:`llmload.datasets.traces`. Every problem is one
-:class:`~llmload.errors.DatasetError` naming the file, line and column.
+:class:`~llmload.common.errors.DatasetError` naming the file, line and column.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from llmload.choices import TRACE_FORMATS
+from llmload.common.choices import TRACE_FORMATS
+from llmload.common.errors import ConfigError, DatasetError
 from llmload.datasets.base import jsonl_objects, reading
-from llmload.errors import ConfigError, DatasetError
 
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 BURSTGPT_COLUMNS = ("Timestamp", "Request tokens", "Response tokens")

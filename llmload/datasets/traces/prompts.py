@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
+from llmload.common.errors import DatasetError
 from llmload.datasets.base import Tokenizer, token_len
-from llmload.errors import DatasetError
 
 MIN_POOL_TOKENS = 16384
 """The smallest token pool; it is also at least twice the longest prompt, so starts vary widely."""

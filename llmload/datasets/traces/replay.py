@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from llmload.common.errors import DatasetError
 from llmload.datasets.base import SampleRequest, Tokenizer, token_len
 from llmload.datasets.traces.blocks import DEFAULT_BLOCK_SIZE, BlockPrompts, prefix_reuse
 from llmload.datasets.traces.formats import MooncakeKeys, read_trace
 from llmload.datasets.traces.prompts import PromptBuilder
 from llmload.datasets.traces.window import select_window
-from llmload.errors import DatasetError
 
 
 def sample_trace(

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
+from llmload.common.errors import ConfigError
 from llmload.datasets.traces.formats import TraceRow
-from llmload.errors import ConfigError
 
 
 def select_window(

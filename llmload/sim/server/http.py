@@ -172,7 +172,7 @@ class HttpFront:
         return render_spec_decode(generated, config.num_speculative_tokens, config.spec_acceptance, config.model)
 
     def _model_card(self, name: str, parent: str | None = None) -> dict:
-        # llmload_tokenizer: the tokenizer a client should count with (llmload.target.describe_server):
+        # llmload_tokenizer: the tokenizer a client should count with (llmload.core.target.describe_server):
         # --tokenizer's value, else builtin, the one llmload bench uses against its own simulator; an adapter
         # names its base model as parent, as vLLM lists LoRA modules
         return {"id": name, "object": "model", "created": 0, "owned_by": "llmload", "parent": parent,

@@ -9,8 +9,8 @@ import sys
 import time
 from collections.abc import Sequence
 
-from llmload.children import child_env, start_child, stop_child
-from llmload.errors import LLMLoadError
+from llmload.common.errors import LLMLoadError
+from llmload.processes.children import child_env, start_child, stop_child
 
 _READY = re.compile(r"listening on (http://\S+)")
 
@@ -18,7 +18,7 @@ _READY = re.compile(r"listening on (http://\S+)")
 class SimProcess:
     """A running simulator; use as a context manager or call :meth:`stop`.
 
-    The simulator dies with this process (:mod:`llmload.children`), and is stopped if start-up is interrupted.
+    The simulator dies with this process (:mod:`llmload.processes.children`), and is stopped if start-up is interrupted.
     """
 
     def __init__(self, args: Sequence[str] = (), *, timeout_s: float = 60.0, quiet: bool = True) -> None:

@@ -13,8 +13,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
-from llmload.errors import EndpointError
-from llmload.urls import basic_auth, redact_url, strip_credentials
+from llmload.common.errors import EndpointError
+from llmload.common.urls import basic_auth, redact_url, strip_credentials
 
 #: the key of a ``/v1/models`` entry through which ``llmload sim`` names its tokenizer
 TOKENIZER_KEY = "llmload_tokenizer"
@@ -41,7 +41,7 @@ class ServerInfo:
 def describe_server(base_url: str, api_key: str | None, timeout: float = 10.0, verify_tls: bool = True
                     ) -> ServerInfo:
     """Ask ``base_url``'s ``/v1/models``. Sends the Bearer key, else the Basic credentials in ``base_url``
-    (never shown: every message names the URL redacted). Raises :class:`~llmload.errors.EndpointError` with one
+    (never shown: every message names the URL redacted). Raises :class:`~llmload.common.errors.EndpointError` with one
     line when the server cannot be reached, answers an HTTP error, is silent for ``timeout`` seconds, or does not
     answer a model list."""
     data = _get_models(base_url, api_key, timeout, verify_tls)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 
-from llmload.choices import PERCENTILE_METRIC_NAMES
+from llmload.common.choices import PERCENTILE_METRIC_NAMES
 
 ArgumentTypeError = argparse.ArgumentTypeError
 

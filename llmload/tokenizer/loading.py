@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from llmload.errors import TokenizerError
+from llmload.common.errors import TokenizerError
 
 BUILTIN = "builtin"
 """The ``--tokenizer`` value that selects the shipped tokenizer."""
@@ -29,7 +29,7 @@ _TRUTHY = {"1", "true", "yes", "on"}
 
 def builtin_tokenizer_dir() -> Path:
     """The directory of the shipped tokenizer (``tokenizer.json`` and friends)."""
-    return Path(__file__).resolve().parent / "data" / "tokenizer"
+    return Path(__file__).resolve().parent.parent / "data" / "tokenizer"
 
 
 def _hub_offline() -> bool:
@@ -87,11 +87,11 @@ def load_tokenizer(name_or_path: str, *, trust_remote_code: bool = False) -> Any
 
 def load_counting_tokenizer(name_or_path: str, *, trust_remote_code: bool = False) -> Any:
     """The tokenizer a run counts tokens with: ``builtin`` without importing transformers
-    (:class:`llmload.builtin_tokenizer.BuiltinTokenizer`, the same counts), anything else as
+    (:class:`llmload.tokenizer.builtin.BuiltinTokenizer`, the same counts), anything else as
     :func:`load_tokenizer` loads it."""
     if str(name_or_path).strip() != BUILTIN:
         return load_tokenizer(name_or_path, trust_remote_code=trust_remote_code)
-    from llmload.builtin_tokenizer import BuiltinTokenizer
+    from llmload.tokenizer.builtin import BuiltinTokenizer
 
     path = builtin_tokenizer_dir()
     try:

@@ -5,7 +5,7 @@
     run        first signal: no new requests; those in flight get ``--stop-timeout`` seconds, then are cut off
                second signal: cut off everything in flight now; the partial result is still written
     report     first signal: noted, the results are still written; second: exit at once
-    any phase  third signal: exit at once (children die with us, see :mod:`llmload.children`)
+    any phase  third signal: exit at once (children die with us, see :mod:`llmload.processes.children`)
 
 The exit code of an interrupted run is ``128 + signal number``: 130 for SIGINT, 143 for SIGTERM.
 
