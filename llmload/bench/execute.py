@@ -15,6 +15,7 @@ from llmload.bench.plan import RunPlan
 from llmload.common.errors import ConfigError, LLMLoadError
 from llmload.core.run import Outcome, Run, send_share
 from llmload.core.schedule import Schedule
+from llmload.options.argtypes import AutoProcesses
 
 
 def run_single(user: Any, run: Run, interrupts: Any, on_record: Any, journal: Any) -> Outcome:
@@ -92,7 +93,10 @@ class DistributedSetup:
                 assert proc.stdin is not None
                 proc.stdin.write(self.token.encode() + b"\n")
                 proc.stdin.close()
-            log(f"Started {args.processes} local worker processes (pids {' '.join(str(p.pid) for p in self.procs)})")
+            chosen = (f"; --processes auto: {args.processes.cores} cores this process may use"
+                      if isinstance(args.processes, AutoProcesses) else "")
+            log(f"Started {args.processes} local worker processes (pids {' '.join(str(p.pid) for p in self.procs)})"
+                + chosen)
         else:
             log(f"Master listening on {bind_host}:{bind_port}; waiting for {expected} workers "
                  f"(llmload bench --worker --master-host THIS_HOST --master-port {bind_port})")

@@ -49,12 +49,13 @@ def report(done: Finished) -> int:
 
 def conclude(done: Finished) -> Concluded:
     """:func:`report`, returning the metrics, the result and the files written with the exit code."""
-    from llmload.core.health import judge
+    from llmload.core.health import advise_processes, judge
 
     plan, outcome, args = done.plan, done.outcome, done.plan.args
     measured = done.run.finish(outcome)
     records, metrics = measured.records, measured.metrics
-    health_report = judge(done.health, metrics.itl.median_ms, records)
+    health_report = advise_processes(judge(done.health, metrics.itl.median_ms, records), metrics.output_throughput,
+                                     getattr(args, "processes", 0) or len(outcome.workers or ()) or 1)
     _print_summary(done, metrics, records, health_report)
     data = result_data(done, metrics, records, health_report)
     paths: tuple[Path | None, Path | None] = (None, None)

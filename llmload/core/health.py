@@ -12,6 +12,7 @@ comes from ``psutil`` (a Locust dependency).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,9 @@ MERGED_READ_LIMIT = 0.002
 STALL_SHARE_OF_ITL = 0.3
 #: used when the ITL is not known yet
 STALL_LIMIT_MS = 3.0
+#: the CPU one process can run at and stay exact, with margin (at 256 streams here: exact at 45-59 % mean CPU, at
+#: 512 streams, ~100 %, not): what the advice on --processes counts a process's capacity at
+ACCURATE_CPU_PERCENT = 75.0
 #: the client is late when its sends are (metrics.definitions.LATE_SEND_MS: the summary's "Late sends" too)
 SCHEDULE_LAG_LIMIT_MS = LATE_SEND_MS
 #: ...but only when more sends than this share were that late (and always more than one): in a short run the
@@ -186,6 +190,24 @@ def judge(health: dict[str, Any], median_itl_ms: float | None = None,
         reasons.append(f"schedule lag p99 {sched:.1f} ms (> {SCHEDULE_LAG_LIMIT_MS:.0f} ms{detail})")
     health["bottleneck"] = bool(reasons)
     health["reason"] = "; ".join(reasons)
+    return health
+
+
+def advise_processes(health: dict[str, Any], output_tok_s: float, processes: int) -> dict[str, Any]:
+    """Where the client was the bottleneck: what one process drives here at :data:`ACCURATE_CPU_PERCENT` CPU
+    (``process_capacity_tok_s``, from this run's output tokens/s per process and the busiest process's mean CPU)
+    and the ``processes_advised`` that would have carried this run's tokens/s at that CPU. Left out where more
+    processes would not help (a run well below that CPU was held back by its loop, not by cores)."""
+    cpu = health.get("cpu_percent_mean") or 0.0
+    processes = max(1, processes)
+    if not health.get("bottleneck") or output_tok_s <= 0 or cpu <= 0:
+        return health
+    capacity = output_tok_s / processes * ACCURATE_CPU_PERCENT / cpu
+    advised = math.ceil(output_tok_s / capacity)
+    if advised > processes:
+        health["process_capacity_tok_s"] = round(capacity)
+        health["process_capacity_cpu_percent"] = ACCURATE_CPU_PERCENT
+        health["processes_advised"] = advised
     return health
 
 

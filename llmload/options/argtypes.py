@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 
 from llmload.common.choices import PERCENTILE_METRIC_NAMES
 
@@ -42,6 +43,33 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise ArgumentTypeError(f"must be at least 1, got {text}")
     return value
+
+
+class AutoProcesses(int):
+    """``--processes auto``: the worker count it chose (an int everywhere), with the cores it counted."""
+
+    cores: int
+
+    def __new__(cls, cores: int) -> AutoProcesses:
+        value = super().__new__(cls, auto_processes(cores))
+        value.cores = cores
+        return value
+
+    def __reduce__(self) -> tuple[type, tuple[int]]:
+        return int, (int(self),)  # a copy is the count it chose
+
+
+def auto_processes(cores: int) -> int:
+    """One worker per core, leaving the master one when there are more than two."""
+    return cores - 1 if cores > 2 else max(1, cores)
+
+
+def process_count(text: str) -> int:
+    """``--processes``: a count >= 1, or ``auto`` (:func:`auto_processes` of the cores this process may use, its
+    CPU affinity)."""
+    if text.strip().lower() == "auto":
+        return AutoProcesses(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    return positive_int(text)
 
 
 def non_negative_int(text: str) -> int:

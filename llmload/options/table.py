@@ -253,7 +253,8 @@ _TIMEOUTS = (
 
 _DISTRIBUTED = (
     Option(("--processes",), "processes", BENCH, "distributed",
-           "run N local worker processes under an in-process master", type=argtypes.positive_int),
+           "run N local worker processes under an in-process master; auto: one per core this process may use, "
+           "less one for the master when there are more than two", type=argtypes.process_count, metavar="N|auto"),
     Option(("--master",), "master", BENCH, "distributed", "run as master; workers connect to it",
            action="store_true", default=False),
     Option(("--expect-workers",), "expect_workers", BENCH, "distributed", "with --master: workers to wait for",

@@ -201,6 +201,10 @@ def _health_lines(health: dict[str, Any]) -> list[str]:
         reason = health.get("reason") or "the load generator could not keep up"
         lines.append(f"WARNING: THE CLIENT WAS THE BOTTLENECK: {reason}")
         lines.append("WARNING: latencies above include client delay; add processes or lower the load.")
+        if health.get("processes_advised"):
+            lines.append(f"WARNING: one process drives about {health['process_capacity_tok_s']:,} output tok/s here at "
+                         f"{health.get('process_capacity_cpu_percent', 75):.0f}% CPU: --processes "
+                         f"{health['processes_advised']} would have kept this run accurate.")
     return lines
 
 

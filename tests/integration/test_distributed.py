@@ -587,3 +587,20 @@ def test_locust_master_with_a_cluster_token_gives_no_share_to_a_stranger_and_ign
     assert re.search(rf"Requests in the schedule:\s+{TOKEN_PROMPTS}\b", stderr), stderr[-3000:]
     assert re.search(r"Not sent \(run stopped early\):\s+0\b", stderr), stderr[-3000:]
     friend.wait(timeout=60)
+
+
+# -- --processes auto ------------------------------------------------------------------------------------------
+
+def test_processes_auto_starts_one_worker_per_usable_core_less_the_masters(procs, tmp_path: Path) -> None:
+    """``--processes auto``: one worker per core of the process's CPU affinity (the child inherits the test's),
+    less one for the master when there are more than two; the run is the same run."""
+    from llmload.options.argtypes import auto_processes
+
+    cores = len(os.sched_getaffinity(0))
+    expected = auto_processes(cores)
+    run = run_bench(procs, tmp_path, "auto", "--processes", "auto")
+    assert f"Started {expected} local worker processes" in run.stderr, run.stderr[-2000:]
+    assert f"--processes auto: {cores} cores this process may use" in run.stderr, run.stderr[-2000:]
+    assert re.search(rf"Workers:\s+{expected}\b", run.stdout), run.stdout
+    assert run.result["completed"] == PROMPTS and run.result["failed"] == 0 and run.result["not_sent"] == 0
+    assert sorted(w["worker"] for w in run.result["workers"]) == [f"worker{k}" for k in range(expected)]

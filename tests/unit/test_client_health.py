@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmload.client.records import RequestRecord
-from llmload.core.health import SCHEDULE_LAG_LIMIT_MS, HealthMonitor, judge, merged_reads
+from llmload.core.health import SCHEDULE_LAG_LIMIT_MS, HealthMonitor, advise_processes, judge, merged_reads
 
 
 def verdict(lags_ms: list[float]) -> dict:
@@ -95,3 +95,19 @@ def test_without_kernel_timestamps_loop_stalls_decide() -> None:
 def test_a_health_report_without_send_counts_keeps_the_p99_rule() -> None:
     """Results written before the counts existed (and workers' reports) are judged on the p99 alone."""
     assert judge({"schedule_lag_p99_ms": 25.0})["bottleneck"]
+
+
+def test_a_cpu_bound_client_is_told_how_many_processes_would_have_kept_it_accurate() -> None:
+    """48,000 tok/s from one process at 100 % CPU: one process drives 36,000 at 75 %, so two would have."""
+    health = advise_processes(judge({"cpu_percent_mean": 100.0}), 48_000.0, 1)
+    assert health["process_capacity_tok_s"] == 36_000 and health["processes_advised"] == 2
+    # two workers, the busiest at 95 %: each drives 20,000 of the 40,000; at 75 % ~15,800: three would have
+    two = advise_processes(judge({"cpu_percent_mean": 95.0}), 40_000.0, 2)
+    assert two["process_capacity_tok_s"] == 15_789 and two["processes_advised"] == 3
+
+
+def test_no_process_advice_where_more_processes_would_not_help() -> None:
+    healthy = advise_processes(judge({"cpu_percent_mean": 100.0 * 0.5}), 10_000.0, 1)
+    assert "processes_advised" not in healthy  # not the bottleneck
+    stalled = judge({"cpu_percent_mean": 30.0}, 10.0, streams(200, merged=2000))  # merged reads at 30 % CPU
+    assert stalled["bottleneck"] and "processes_advised" not in advise_processes(stalled, 10_000.0, 1)

@@ -374,3 +374,19 @@ def test_describe_server_keeps_served_models_messages() -> None:
         port = refuser.getsockname()[1]
         with pytest.raises(EndpointError, match=rf"^cannot reach the server at http://u:\*\*\*@127\.0\.0\.1:{port}: "):
             describe_server(f"http://u:secret@127.0.0.1:{port}", None, timeout=5)
+
+
+def test_processes_auto_counts_the_cores_this_process_may_use() -> None:
+    import os
+    import pickle
+
+    from llmload.options.argtypes import ArgumentTypeError, auto_processes, process_count
+
+    assert [auto_processes(n) for n in (1, 2, 3, 4, 16)] == [1, 2, 2, 3, 15]
+    auto = process_count("auto")
+    assert auto == auto_processes(len(os.sched_getaffinity(0))) and auto.cores == len(os.sched_getaffinity(0))
+    assert pickle.loads(pickle.dumps(auto)) == int(auto)  # a copy is the count it chose, as a plain int
+    assert process_count("3") == 3
+    for bad in ("0", "x", "-1"):
+        with pytest.raises(ArgumentTypeError):
+            process_count(bad)

@@ -118,6 +118,19 @@ def test_client_bottleneck_warning_is_loud():
     assert f"{'P99 event-loop lag (ms):':<40} {'12.30':<10}" in lines
     warnings = [line for line in lines if line.startswith("WARNING")]
     assert warnings and "BOTTLENECK" in warnings[0] and "CPU at 100%" in warnings[0]
+    assert not any("--processes" in line for line in warnings)
+
+
+def test_the_bottleneck_warning_names_the_processes_that_would_have_kept_the_run_accurate():
+    health = {"cpu_percent_mean": 100.0, "bottleneck": True, "reason": "client CPU averaged 100%",
+              "stall_p99_ms": 0.5, "stall_max_ms": 4.25, "merged_read_share": 0.0123,
+              "process_capacity_tok_s": 36_000, "process_capacity_cpu_percent": 75.0, "processes_advised": 2}
+    lines = _lines(client_health=health)
+    assert f"{'P99 loop stall (ms):':<40} {'0.50':<10}" in lines
+    assert f"{'Longest loop stall (ms):':<40} {'4.25':<10}" in lines
+    assert f"{'Reads that merged chunks (%):':<40} {'1.23':<10}" in lines
+    assert ("WARNING: one process drives about 36,000 output tok/s here at 75% CPU: --processes 2 would have "
+            "kept this run accurate.") in lines
 
 
 def test_run_header_like_vllm():
