@@ -142,12 +142,12 @@ def _children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def run_pinned(cmd: list[str], core: int) -> tuple[subprocess.CompletedProcess, float]:
+def run_pinned(cmd: list[str], core: int, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, float]:
     """Run ``cmd`` pinned to ``core``; returns it and its CPU seconds. RUSAGE_CHILDREN grows by exactly a
     child's time (its own and its reaped descendants') when it is reaped, and nothing else is reaped meanwhile
     (the simulator is stopped later)."""
     before = _children_cpu()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             preexec_fn=lambda: os.sched_setaffinity(0, {core}))
     out, err = proc.communicate()
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err), _children_cpu() - before
@@ -185,14 +185,16 @@ def _successor_gaps(records: list[dict], c: int) -> list[float]:
 
 
 def run_llmload(c: int, work: Path, sim_core: int, client_core: int, processes: int = 1,
-                requests: int | None = None) -> dict:
-    trace = work / f"llmload-{c}-p{processes}.jsonl"
-    out = work / f"llmload-{c}-p{processes}"
+                requests: int | None = None, reader: str | None = None) -> dict:
+    """One llmload run; ``reader``: LLMLOAD_READER for it (None: what this installation chooses)."""
+    trace = work / f"llmload-{c}-p{processes}-{reader}.jsonl"
+    out = work / f"llmload-{c}-p{processes}-{reader}"
     n = requests or 4 * c
+    env = dict(os.environ, LLMLOAD_READER=reader) if reader else None
     with SimProcess(["--ttft-ms", str(TTFT_MS), "--itl-ms", str(ITL_MS), "--trace-file", str(trace)]) as sim:
         os.sched_setaffinity(sim.pid, {sim_core})
-        fixed, fixed_cpu = run_pinned(_bench_cmd(sim.url, 1, 1, work / "fixed", processes), client_core)
-        done, cpu = run_pinned(_bench_cmd(sim.url, c, n, out, processes), client_core)
+        fixed, fixed_cpu = run_pinned(_bench_cmd(sim.url, 1, 1, work / "fixed", processes), client_core, env)
+        done, cpu = run_pinned(_bench_cmd(sim.url, c, n, out, processes), client_core, env)
     if done.returncode != 0 or fixed.returncode != 0:
         raise SystemExit(f"llmload bench failed at c={c}: {(done.stderr or fixed.stderr).strip()[-500:]}")
     with open(out / "result.records.jsonl") as f:
@@ -203,7 +205,10 @@ def run_llmload(c: int, work: Path, sim_core: int, client_core: int, processes: 
     start = min(r["start"] for r in ok)
     end = max(r["chunk_times"][-1] for r in ok)
     tokens = sum(r["output_tokens"] for r in ok)
-    return {"client": f"llmload ({processes} proc)" if processes > 1 else "llmload", "c": c,
+    with open(out / "result.json") as f:
+        ran = (json.load(f).get("client") or {}).get("reader") or "?"
+    name = f"llmload {ran}" + (f" ({processes} proc)" if processes > 1 else "")
+    return {"client": name, "c": c, "reader": ran,
             "tok_s": tokens / (end - start), "ttft": ttft, "itl": itl, "truth_itl": _server_truth(trace),
             "cpu_s": cpu, "fixed_cpu_s": fixed_cpu, "tokens": tokens, "requests": len(ok),
             "gap": _successor_gaps(ok, c)}
@@ -246,6 +251,8 @@ def main() -> None:
     parser.add_argument("--scale", action="store_true", help="compare --processes 1 and 2 instead")
     parser.add_argument("--scale-concurrency", type=int, default=128)
     parser.add_argument("--json", type=Path, help="also write every row's summary here")
+    parser.add_argument("--readers", nargs="+", choices=("compiled", "python"), default=None,
+                        help="run llmload once per reader (LLMLOAD_READER); default: the one this install chooses")
     parser.add_argument("--floor-reader", nargs=3, type=int, metavar=("PORT", "C", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.floor_reader:
@@ -275,10 +282,12 @@ def main() -> None:
             for c in args.levels:
                 floor = run_floor(c, work, sim_core, client_core)
                 print(_row(floor, None), flush=True)
-                mine = run_llmload(c, work, sim_core, client_core)
-                print(_row(mine, floor), flush=True)
-                rows += [floor, mine]
-                verdicts += [(c, what, held) for what, held in checks(mine, floor)]
+                rows.append(floor)
+                for reader in args.readers or [None]:
+                    mine = run_llmload(c, work, sim_core, client_core, reader=reader)
+                    print(_row(mine, floor), flush=True)
+                    rows.append(mine)
+                    verdicts += [(c, f"{mine['reader']:<8} {what}", held) for what, held in checks(mine, floor)]
             print()
             for c, what, held in verdicts:
                 print(f"{'PASS' if held else 'FAIL'}  c={c:<4} {what}")

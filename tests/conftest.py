@@ -20,6 +20,22 @@ pytest_plugins = ["phases", "guards"]
 
 _LISTENING = re.compile(rb"llmload sim listening on http://127\.0\.0\.1:(\d+)")
 
+#: the two readers (llmload.client.transport.readers); CI requires the compiled one (LLMLOAD_TEST_REQUIRE)
+READERS = (pytest.param("compiled", marks=pytest.mark.needs("compiled-reader")), "python")
+
+
+@pytest.fixture(params=READERS)
+def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs the test once with each reader, chosen the way a run chooses one (``LLMLOAD_READER``, which child
+    processes inherit): the compiled reader and its pure-Python twin must give the same results."""
+    from llmload.client.transport import readers
+
+    name: str = request.param
+    if name not in readers.available():
+        pytest.skip("the compiled reader is not built here (no C compiler when llmload was installed)")
+    monkeypatch.setenv(readers.READER_ENV, name)
+    return name
+
 
 
 

@@ -4,7 +4,7 @@
   ``subprocess``); a test process that imported it would run every later test of its worker on gevent. Tests
   that need locust run it in a child process; a test that patched this process fails.
 - **No quiet skip of what CI installed.** A test marked ``needs("chromium")`` (or ``kubectl``,
-  ``transformers-serve``) skips with the reason where that tool is missing, but when ``LLMLOAD_TEST_REQUIRE``
+  ``transformers-serve``, ``compiled-reader``: the C extension ``pip install`` builds) skips with the reason where that tool is missing, but when ``LLMLOAD_TEST_REQUIRE``
   names the tool (``.ci/run`` sets it to what it installed), the skip is a failure.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Generator
 import pytest
 
 #: what .ci/run installs, as the ``needs`` marker names it
-KNOWN_NEEDS = ("chromium", "kubectl", "transformers-serve")
+KNOWN_NEEDS = ("chromium", "compiled-reader", "kubectl", "transformers-serve")
 REQUIRE_ENV = "LLMLOAD_TEST_REQUIRE"
 
 

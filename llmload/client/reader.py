@@ -24,7 +24,7 @@ from llmload.client.failures import (
     is_json_answer,
 )
 from llmload.client.records import RequestRecord
-from llmload.client.sse import DONE, parse_line
+from llmload.client.sse import parse_line
 from llmload.client.transport import (
     Cancelled,
     ConnectError,
@@ -32,6 +32,7 @@ from llmload.client.transport import (
     RequestTimeout,
     Response,
     TransportError,
+    readers,
 )
 
 if TYPE_CHECKING:
@@ -62,8 +63,8 @@ class StreamReader:
     parsed; ``hooks`` (:data:`llmload.client.events.llm_events`: the reader itself needs no Locust) fire on the
     first token and every later one in live mode, with ``user``; the timeouts only name what failed."""
 
-    __slots__ = ("backend", "completion_tokens", "content_rule", "done", "hooks", "network_timeout", "reactor",
-                 "reasoning", "record", "request_timeout", "state", "streaming", "texts", "user")
+    __slots__ = ("backend", "completion_tokens", "content_rule", "done", "hooks", "network_timeout", "pick_events",
+                 "reactor", "reasoning", "record", "request_timeout", "state", "streaming", "texts", "user")
 
     def __init__(self, record: RequestRecord, streaming: bool, backend: Backend, *, ttft_rule: str = "content",
                  reactor: Reactor | None = None, hooks: Any = None, user: Any = None,
@@ -72,6 +73,8 @@ class StreamReader:
         self.streaming = streaming
         self.backend = backend
         self.reactor = reactor
+        #: the reader's lines-to-events step (the reactor's reader: compiled or Python)
+        self.pick_events = (reactor.reader if reactor is not None else readers.chosen()).pick_events
         self.hooks = hooks
         self.user = user
         self.network_timeout = network_timeout
@@ -89,8 +92,13 @@ class StreamReader:
             self.consume(resp.lines, first, live=True)
 
     def consume(self, lines: list[tuple[float, bytes]], first: int, live: bool) -> None:
+        """Read the events of ``lines[first:]`` into the record (the reader's ``pick_events`` turns a slice of
+        lines into events in one call); ``live``: fire the token hooks as it goes. Long on purpose: the loop over
+        a stream's events runs once per token, and a call per event would cost what the compiled reader saves."""
         record = self.record
         parse_event = self.backend.parse_event
+        pick_events = self.pick_events
+        openai = self.backend.openai_wire
         state = self.state
         times = record.chunk_times
         tokens = record.chunk_tokens
@@ -100,47 +108,56 @@ class StreamReader:
         hooks = self.hooks if live else None
         reactor = None if live else self.reactor
         turn_ends = 0.0
-        for i in range(max(first, self.done), len(lines)):
-            if reactor is not None and not i % PARSE_SLICE:
-                turn_ends = _take_turns(reactor, turn_ends)
-            t, line = lines[i]
-            payload = parse_line(line)
-            if payload is None or payload == DONE:
-                continue
-            ev = parse_event(payload, state)
-            if ev.error is not None:
-                # malformed_event or error_event; the message holds no part of the payload, so failures group
-                record.failure_kind, record.error = event_failure(payload, ev.error)
-                self.done = len(lines)
-                return
-            if ev.completion_tokens is not None:
-                self.completion_tokens = ev.completion_tokens
-            if ev.prompt_tokens is not None:
-                record.server_prompt_tokens = ev.prompt_tokens
-                if ev.cached_tokens is not None:
-                    record.cached_tokens = ev.cached_tokens
-            if ev.content if content_rule else (ev.has_choices or ev.content):
-                n = ev.tokens or 1
-                texts.append(ev.text)
-                if ev.reasoning:
-                    record.reasoning_tokens += n
-                    self.reasoning.append(ev.reasoning)
-                if ev.text and record.first_answer_token is None:
-                    record.first_answer_token = t
-                if times:
-                    itl = t - times[-1]
-                    times.append(t)
-                    tokens.append(n)
-                    if hooks is not None:
-                        hooks.token.fire(record=record, itl=itl, tokens=n, text=ev.text, user=user)
-                else:
-                    record.first_token = t
-                    times.append(t)
-                    tokens.append(n)
-                    if hooks is not None:
-                        hooks.first_token.fire(record=record, text=ev.text, user=user)
-            elif ev.text:
-                texts.append(ev.text)
+        i = max(first, self.done)
+        stop = len(lines)
+        while i < stop:
+            if reactor is None:
+                end = stop
+            else:
+                if not i % PARSE_SLICE:
+                    turn_ends = _take_turns(reactor, turn_ends)
+                end = min(stop, (i // PARSE_SLICE + 1) * PARSE_SLICE)
+            events = pick_events(lines, i, end, parse_event, state, openai)
+            for k, ev in enumerate(events):
+                if ev is None:
+                    continue
+                text, content, has_choices, n, completion_tokens, prompt_tokens, _finish, error, reasoning, \
+                    cached_tokens = ev
+                if error is not None:
+                    # malformed_event or error_event; the message holds no part of the payload, so failures group
+                    record.failure_kind, record.error = event_failure(parse_line(lines[i + k][1]) or b"", error)
+                    self.done = len(lines)
+                    return
+                if completion_tokens is not None:
+                    self.completion_tokens = completion_tokens
+                if prompt_tokens is not None:
+                    record.server_prompt_tokens = prompt_tokens
+                    if cached_tokens is not None:
+                        record.cached_tokens = cached_tokens
+                if content if content_rule else (has_choices or content):
+                    t = lines[i + k][0]
+                    n = n or 1
+                    texts.append(text)
+                    if reasoning:
+                        record.reasoning_tokens += n
+                        self.reasoning.append(reasoning)
+                    if text and record.first_answer_token is None:
+                        record.first_answer_token = t
+                    if times:
+                        itl = t - times[-1]
+                        times.append(t)
+                        tokens.append(n)
+                        if hooks is not None:
+                            hooks.token.fire(record=record, itl=itl, tokens=n, text=text, user=user)
+                    else:
+                        record.first_token = t
+                        times.append(t)
+                        tokens.append(n)
+                        if hooks is not None:
+                            hooks.first_token.fire(record=record, text=text, user=user)
+                elif text:
+                    texts.append(text)
+            i = end
         self.done = len(lines)
 
     def finish(self, resp: Response) -> None:

@@ -106,6 +106,8 @@ class HealthMonitor:
             **schedule_health(list(schedule_lags_s or ())),
         }
         out["read_lag_p99_ms"] = self.reactor.read_lag_percentile(99) if self.reactor is not None else None
+        #: which reader read the streams: "compiled" (the C extension) or "python"
+        out["reader"] = self.reactor.reader.name if self.reactor is not None else None
         if self.reactor is not None:
             out.update(self.reactor.stalls.summary())
         return judge(out)
@@ -127,8 +129,18 @@ def merge_health(workers: dict[str, dict[str, Any] | None], master: dict[str, An
     stalled = max(reports.items(), key=lambda item: item[1].get("stall_max_ms") or 0.0)
     if stalled[1].get("longest_stalls"):
         merged["longest_stalls"] = [dict(stall, worker=stalled[0]) for stall in stalled[1]["longest_stalls"]]
+    kinds = sorted({h["reader"] for h in reports.values() if h.get("reader")})
+    if kinds:
+        merged["reader"] = kinds[0] if len(kinds) == 1 else "mixed: " + ", ".join(kinds)
     merged["per_worker"] = reports
     return merged
+
+
+def reader_note() -> str | None:
+    """The one line a run says where it reads with Python only because the compiled reader was not built."""
+    from llmload.client.transport import readers
+
+    return readers.fallback_note()
 
 
 def schedule_health(schedule_lags_s: list[float]) -> dict[str, Any]:

@@ -185,6 +185,8 @@ def failure_lines(metrics: BenchmarkMetrics) -> list[str]:
 
 def _health_lines(health: dict[str, Any]) -> list[str]:
     lines = [heading("Client health", "-")]
+    if health.get("reader"):
+        lines.append(int_line("Client reader:", health["reader"]))
     for key, label in (
         ("cpu_percent_mean", "Client CPU mean (%):"),
         ("cpu_percent_max", "Client CPU max (%):"),

@@ -14,6 +14,7 @@ import threading
 from time import perf_counter
 
 import gevent
+import pytest
 from wire_server import CHUNKED_HEAD, PATIENCE_S, chunk, read_request
 
 from llmload.client.backends import get_backend
@@ -21,6 +22,9 @@ from llmload.client.reader import PARSE_SLICE, StreamReader
 from llmload.client.records import RequestRecord
 from llmload.client.transport import Pool, Reactor
 from llmload.client.transport.stalls import StallClock
+
+#: every case on both readers, the compiled one and its Python twin (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("reader")
 
 EVENT = b'data: {"choices":[{"text":"t"}]}'
 #: the finished stream's event during whose parsing the other stream's next chunk arrives

@@ -27,6 +27,8 @@ from llmload.client.transport import (
     TransportError,
 )
 
+#: every case on both readers, the compiled one and its Python twin (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("reader")
 
 def fail(url: str, *, reactor: Reactor | None = None, on_lines=None, **timeouts: float) -> TransportError:
     """The error one POST to ``url`` raises (it must raise a TransportError, and nothing else)."""

@@ -16,14 +16,15 @@ from itertools import pairwise
 from typing import Any
 
 import pytest
-from hypothesis import Phase, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from llmload.client.sse import parse_line
-from llmload.client.transport import Response, ResponseParser, TransportError
+from llmload.client.transport import Response, ResponseParser, TransportError, pyread
 
 #: a few seconds for the whole file; never a timing deadline (shared CI machines are noisy)
-FUZZ = settings(max_examples=200, deadline=None)
+#: (the reader fixture only sets LLMLOAD_READER: the same for every example)
+FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 #: for the regression tests of bugs fuzzing found: the same examples every run, so they cannot pass by chance, and
 #: no shrinking (a failure is a known bug coming back; shrinking it would cost most of the file's run time)
 KNOWN_BUG = settings(FUZZ, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate])
@@ -73,6 +74,10 @@ def bounded(calls: int = 200_000) -> Iterator[None]:
         yield
     finally:
         sys.setprofile(previous)
+
+
+#: every case on both readers (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("reader")
 
 
 # --- examples ------------------------------------------------------------------------------------
@@ -677,12 +682,22 @@ def test_headers_over_1_mib_in_one_read_are_refused_too() -> None:
 # --- the fast path (whole chunks of whole lines in one split) gives exactly what the general decoder gives --
 
 
+class GeneralDecoder(pyread.Decoder):
+    """The Python decoder without its fast path: every read through the general chunk decoder."""
+
+    __slots__ = ()
+
+    def _whole_chunks(self, raw: bytes, t: float) -> bool:
+        return False
+
+
 def outcome(pieces: list[bytes], fast: bool) -> tuple:
     """Everything a parser hands on, fed ``pieces`` like the reactor does (stop at completion or the first
     error, eof when the data ran out): lines with their times, body, status, leftover, where it ended, what live
     listeners saw, and the error's type and message."""
     batches: list[tuple[int, list[tuple[float, bytes]]]] = []
-    p = ResponseParser(lambda resp, first: batches.append((first, resp.lines[first:])), fast=fast)
+    p = ResponseParser(lambda resp, first: batches.append((first, resp.lines[first:])),
+                       decoder=pyread.Decoder() if fast else GeneralDecoder())
     ended: object = None
     try:
         with bounded():
@@ -749,11 +764,11 @@ def test_the_fast_path_takes_a_read_of_whole_event_chunks() -> None:
     chunk cut short, an extension or CRLF lines is left to the general decoder untouched."""
     events = [b'data: {"a":%d}\n\n' % i for i in range(3)]
     read = b"".join(chunk(e) for e in events)
-    p = ResponseParser()
+    p = ResponseParser(decoder=pyread.Decoder())
     feed(p, CHUNKED)
-    assert p._whole_chunks(read, 1.0)
+    assert p.decoder._whole_chunks(read, 1.0)
     assert p.resp.lines == [(1.0, b'data: {"a":%d}' % i) for i in range(3)]
     for other in (read[:-3], chunk(events[0], b";x=1"), chunk(b"data: a\r\n\r\n"), read + LAST):
-        q = ResponseParser()
+        q = ResponseParser(decoder=pyread.Decoder())
         feed(q, CHUNKED)
-        assert not q._whole_chunks(other, 1.0) and q.resp.lines == []
+        assert not q.decoder._whole_chunks(other, 1.0) and q.resp.lines == []

@@ -10,13 +10,17 @@ import socket
 import threading
 import weakref
 
+import pytest
 from wire_server import CHUNKED_HEAD, EVENT, chunk, read_request
 
 from llmload.client.transport import Pool, Reactor
 from llmload.core.health import HealthMonitor
 
+#: every case on both readers, the compiled one and its Python twin (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("reader")
+
 HEALTH_KEYS = {"cpu_percent_mean", "cpu_percent_max", "loop_lag_p50_ms", "loop_lag_p99_ms", "loop_lag_max_ms",
-               "schedule_lag_p99_ms", "late_sends", "sends", "read_lag_p99_ms", "bottleneck", "reason"}
+               "schedule_lag_p99_ms", "late_sends", "sends", "read_lag_p99_ms", "reader", "bottleneck", "reason"}
 #: what a reactor's stall clock adds (llmload.client.transport.stalls)
 STALL_KEYS = {"stall_p50_ms", "stall_p99_ms", "stall_max_ms", "stalls_over_5ms", "longest_stalls"}
 
@@ -98,7 +102,7 @@ def test_read_lag_percentile_from_the_histogram() -> None:
     assert reactor.read_lag_percentile(99) == 5.0
 
 
-def test_health_monitor_reads_the_lag_of_its_reactor() -> None:
+def test_health_monitor_reads_the_lag_of_its_reactor(reader: str) -> None:
     reactor = Reactor()
     health = HealthMonitor(reactor=reactor)
     reactor.read_lag[20] = 5
@@ -109,6 +113,7 @@ def test_health_monitor_reads_the_lag_of_its_reactor() -> None:
     report = health.report()
     assert set(report) == HEALTH_KEYS | STALL_KEYS
     assert report["read_lag_p99_ms"] == 2.0
+    assert report["reader"] == reader  # the reader that ran, as LLMLOAD_READER chose it
 
 
 def test_health_monitor_without_a_reactor_does_not_know_the_read_lag() -> None:
@@ -118,3 +123,4 @@ def test_health_monitor_without_a_reactor_does_not_know_the_read_lag() -> None:
     report = health.report()
     assert set(report) == HEALTH_KEYS
     assert report["read_lag_p99_ms"] is None
+    assert report["reader"] is None

@@ -148,6 +148,12 @@ class Backend:
         """Headers every request of this dialect sends (an API version)."""
         return {}
 
+    @property
+    def openai_wire(self) -> bool:
+        """Its events are OpenAI's completion/chat chunks, read exactly as ``OpenAICompletions`` reads them: the
+        compiled reader then picks their fields itself (llmload/client/transport/_cread.c)."""
+        return False
+
     def new_state(self) -> Any:
         """Mutable per-request parsing state (None for dialects whose events are self-contained)."""
         return None

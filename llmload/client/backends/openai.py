@@ -48,6 +48,12 @@ class OpenAICompletions(Backend):
             body["ignore_eos"] = True
         return body
 
+    @property
+    def openai_wire(self) -> bool:
+        # a subclass that reads events its own way is not the OpenAI wire the compiled reader knows
+        cls = type(self)
+        return cls._event is OpenAICompletions._event and cls.parse_event is Backend.parse_event
+
     def _event(self, data: dict, state: Any) -> StreamEvent:
         completion_tokens, prompt_tokens = _usage(data)
         choices = data.get("choices")

@@ -13,11 +13,14 @@ Without epoll (not Linux) each request reads its own socket with the same parser
 
     errors   the TransportError tree and the failure kind of each type
     response Response (status, headers, timestamped lines)
-    parser   ResponseParser (framing)
-    reactor  Reactor (epoll reads, timeouts, read lag), Connection
+    readers  the one chooser of the reader: compiled (_cread.c) or its pure-Python twin (pyread)
+    pyread   the Python reader: Decoder (framing), ReadLoop (one wake-up's reads), pick_events (lines -> events)
+    parser   ResponseParser (the head; the framing is the reader's Decoder)
+    reactor  Reactor (the read loop in gevent's loop, timeouts, read lag), Connection
     pool     Pool (keep-alive connections; maps socket errors to TransportError)
 """
 
+from llmload.client.transport import pyread, readers
 from llmload.client.transport.errors import (
     CANCELLED,
     CLIENT_ERROR,
@@ -43,8 +46,8 @@ from llmload.client.transport.errors import (
 )
 from llmload.client.transport.parser import MAX_HEAD, OnLines, ResponseParser
 from llmload.client.transport.pool import Pool
+from llmload.client.transport.pyread import RECV_SIZE
 from llmload.client.transport.reactor import (
-    RECV_SIZE,
     SO_TIMESTAMPNS,
     SWITCH_INTERVAL_S,
     WATCH_INTERVAL_S,
@@ -58,5 +61,6 @@ __all__ = [
     "RECV_SIZE", "REQUEST_TIMEOUT", "SO_TIMESTAMPNS", "SWITCH_INTERVAL_S", "WATCH_INTERVAL_S",
     "Cancelled", "ClosedBeforeResponse", "ClosedMidStream", "ConnectError", "ConnectTimeout", "Connection",
     "ListenerError", "OnLines", "Pool", "ProtocolError", "Reactor", "ReadTimeout", "RequestTimeout",
-    "Response", "ResponseParser", "TransportError", "kind_of", "read_timed_out", "request_timed_out",
+    "Response", "ResponseParser", "TransportError", "kind_of", "pyread", "read_timed_out", "readers",
+    "request_timed_out",
 ]

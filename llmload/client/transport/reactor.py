@@ -15,11 +15,12 @@ from __future__ import annotations
 import os
 import select
 import socket
-import struct
 import weakref
+from array import array
 from time import perf_counter
 from typing import Any
 
+import llmload.client.transport.readers as readers
 from llmload.client.transport.clock import clock_offset
 from llmload.client.transport.errors import (
     ListenerError,
@@ -29,14 +30,11 @@ from llmload.client.transport.errors import (
     request_timed_out,
 )
 from llmload.client.transport.parser import ResponseParser
+from llmload.client.transport.pyread import EOF, LAG_BUCKETS, OSERROR, RECV_SIZE
 from llmload.client.transport.stalls import StallClock
 
-#: below glibc's mmap threshold (128 KiB): a larger read buffer costs an mmap + munmap per read (~30 µs)
-RECV_SIZE = 65536
-_TIMESPEC = struct.Struct("qq")
 #: Linux SO_TIMESTAMPNS / SCM_TIMESTAMPNS: the kernel stamps each received packet (CLOCK_REALTIME)
 SO_TIMESTAMPNS = 35
-_CMSG_SPACE = 64
 #: longest stretch of greenlet work between two polls for arriving data
 SWITCH_INTERVAL_S = 0.0005
 #: client work that yields to the reactor (:meth:`Reactor.yield_to_reads`) gets its sockets read once this
@@ -46,8 +44,6 @@ READ_EVERY_S = 0.0005
 IDLE_WAIT_S = 0.002
 #: how often the watchdog checks read and request timeouts
 WATCH_INTERVAL_S = 0.25
-#: read-lag histogram: 0.1 ms buckets, the last one for 1 s or more
-_LAG_BUCKETS = 10_001
 
 
 class Connection:
@@ -96,19 +92,28 @@ class Reactor:
     covers them all. The epoll set opens on the first read and is released by :meth:`close` (or when the
     reactor is garbage-collected); a read after :meth:`close` opens a new one. Without epoll (not Linux, or
     ``epoll=False``) and for TLS, :meth:`read` reads the socket directly in the calling greenlet.
+
+    ``reader`` does the per-read work (:mod:`llmload.client.transport.readers`: the compiled one where it was
+    built, unless ``LLMLOAD_READER=python``); its read loop takes every ready socket in one call per wake-up.
     """
 
-    def __init__(self, *, epoll: bool = True) -> None:
-        self._epoll_type = _epoll_type() if epoll else None
+    def __init__(self, *, epoll: bool = True, reader: readers.Reader | None = None) -> None:
+        #: the reader that reads this reactor's sockets: ``reader.name`` is what the result JSON reports
+        self.reader = reader if reader is not None else readers.chosen()
+        self._epoll_type = _epoll_type() if epoll and self.reader.ReadLoop is not None else None
         self.ep: Any = None
+        self._loop: Any = None
+        #: the decoder of each socket being read (what the read loop feeds), beside :attr:`waiting`
+        self.decoders: dict[int, Any] = {}
         self._watcher: Any = None
         self._release: weakref.finalize | None = None
         self.waiting: dict[int, _Waiting] = {}
         self._watchdog: Any = None
         #: CLOCK_REALTIME - perf_counter, to move kernel timestamps onto perf_counter's clock
-        self.clock_offset = clock_offset()
-        #: histogram of read lag (our read - kernel arrival): index = 0.1 ms buckets, last = 1 s or more
-        self.read_lag = [0] * _LAG_BUCKETS
+        self._clock_offset = clock_offset()
+        #: histogram of read lag (our read - kernel arrival): index = 0.1 ms buckets, last = 1 s or more (int64
+        #: counters the read loop adds to in place)
+        self.read_lag = array("q", bytes(8 * LAG_BUCKETS))
         #: every stretch of loop work between two looks at the sockets (watched once the epoll set is open)
         self.stalls = StallClock()
         #: :meth:`yield_to_reads` reads once this long has passed since the sockets were last looked at
@@ -119,6 +124,17 @@ class Reactor:
     @property
     def uses_epoll(self) -> bool:
         return self._epoll_type is not None
+
+    @property
+    def clock_offset(self) -> float:
+        """CLOCK_REALTIME - perf_counter: moves a kernel timestamp onto perf_counter's clock."""
+        return self._clock_offset
+
+    @clock_offset.setter
+    def clock_offset(self, value: float) -> None:
+        self._clock_offset = value
+        if self._loop is not None:
+            self._loop.clock_offset = value
 
     def read(self, conn: Connection, parser: ResponseParser) -> None:
         """Block the calling greenlet until ``parser`` has a complete response from ``conn``.
@@ -140,6 +156,10 @@ class Reactor:
         if conn.cancel_at and now >= conn.cancel_at:
             raise cancelled(parser.resp)
         self.waiting[fd] = _Waiting(conn, parser, result)
+        decoder = parser.decoder
+        decoder.stamped = conn.stamped
+        decoder.sock = conn.raw
+        self.decoders[fd] = decoder
         conn.deadline = now + conn.timeout
         timer = None
         try:
@@ -189,7 +209,7 @@ class Reactor:
             self._fail(fd, w, TransportError("stopped reading: the reactor was closed", w.parser.resp))
         if self._release is not None:
             self._release()
-        self._release = self.ep = self._watcher = None
+        self._release = self.ep = self._watcher = self._loop = None
 
     def read_lag_percentile(self, p: float) -> float | None:
         """The p-th percentile of how late arriving data was read, in ms (None: no timestamped reads); the
@@ -200,7 +220,7 @@ class Reactor:
         return None if bucket is None else bucket / 10.0
 
     def reset_read_lag(self) -> None:
-        self.read_lag[:] = [0] * _LAG_BUCKETS
+        self.read_lag[:] = array("q", bytes(8 * LAG_BUCKETS))
 
     def _open(self) -> None:
         import gevent
@@ -218,6 +238,8 @@ class Reactor:
         watcher.start(_on_ready, weakref.ref(self))
         self.stalls.start(loop)
         self.ep, self._watcher = ep, watcher
+        assert self.reader.ReadLoop is not None  # there is no epoll type without one
+        self._loop = self.reader.ReadLoop(ep, self.read_lag, self._clock_offset)
         self._release = weakref.finalize(self, _release, watcher, ep, self.stalls)
         self._release.atexit = False  # at exit the hub may be gone; the process frees the fd anyway
 
@@ -238,49 +260,29 @@ class Reactor:
             self.stalls.reading(perf_counter() - began)
 
     def _read_ready(self) -> None:
+        """One call of the reader's read loop reads every ready socket; act on what it reports."""
         waiting = self.waiting
-        read = os.read
-        for fd, _ev in self.ep.poll(0):
+        for fd, status, t, first, err in self._loop.read_ready(self.decoders):
             w = waiting.get(fd)
             if w is None:
                 continue
-            try:
-                if w.conn.stamped:
-                    data, ancillary, _flags, _addr = w.conn.raw.recvmsg(RECV_SIZE, _CMSG_SPACE)
-                else:
-                    data, ancillary = read(fd, RECV_SIZE), None
-            except BlockingIOError:
+            if status == OSERROR:
+                self._fail(fd, w, OSError(err, os.strerror(err)))  # the pool maps it, knowing what had arrived
                 continue
-            except OSError as exc:
-                self._fail(fd, w, exc)  # the pool maps it, knowing what had arrived
-                continue
-            t = perf_counter()
-            if ancillary:
-                t = self._arrival(ancillary, t)
             w.conn.deadline = t + w.conn.timeout
+            parser = w.parser
             try:
-                if not data:
-                    w.parser.eof(t)
+                if status == EOF:
+                    parser.eof(t)
                     self._complete(fd, w)
-                elif w.parser.feed(data, t):
+                elif parser.handle(status, t, first):
                     self._complete(fd, w)
             except TransportError as exc:
                 self._fail(fd, w, exc)
             except Exception as exc:  # a live listener's bug fails its own request, never the reactor
-                error = ListenerError(f"{type(exc).__name__} in a stream listener: {exc}", w.parser.resp)
+                error = ListenerError(f"{type(exc).__name__} in a stream listener: {exc}", parser.resp)
                 error.__cause__ = exc
                 self._fail(fd, w, error)
-
-    def _arrival(self, ancillary: list[tuple[int, int, bytes]], t: float) -> float:
-        """The kernel's arrival time of a read (independent of how busy this process was); counts the lag."""
-        sec, nsec = _TIMESPEC.unpack_from(ancillary[0][2])
-        arrived = sec + nsec * 1e-9 - self.clock_offset
-        if not t - 1.0 < arrived < t:
-            return t
-        # how late this process read it: past one inter-token gap, chunks merge into one read
-        lag = int((t - arrived) * 10_000)
-        self.read_lag[min(lag, _LAG_BUCKETS - 1)] += 1
-        return arrived
 
     def _cancel(self, fd: int) -> None:
         """The cancel time of the request reading ``fd`` came: fail it as :class:`Cancelled` (the pool closes
@@ -298,6 +300,7 @@ class Reactor:
         w.result.set_exception(exc)
 
     def _detach(self, fd: int) -> None:
+        self.decoders.pop(fd, None)
         if self.waiting.pop(fd, None) is not None and self.ep is not None:
             try:
                 self.ep.unregister(fd)
@@ -312,7 +315,7 @@ class Reactor:
             conn = w.conn
             if conn.request_deadline and now > conn.request_deadline:
                 self._fail(fd, w, request_timed_out(w.parser.resp))
-            elif conn.deadline and now > conn.deadline:
+            elif conn.deadline and now > max(conn.deadline, w.parser.last_read + conn.timeout):
                 self._fail(fd, w, read_timed_out(conn.timeout, w.parser.resp))
 
 
