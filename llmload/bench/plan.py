@@ -57,6 +57,11 @@ class RunPlan:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.base_url = base_url(args)
+        # gevent comes with it: imported when a run is planned, not for --help
+        from llmload.core.health import reader_in_use
+
+        #: "compiled" or "python" (LLMLOAD_READER=compiled where it was not built is refused here, first)
+        self.reader = reader_in_use()
         self.api_key = api_key(args)
         self.metadata = parse_metadata(args.metadata)
         backend = args.backend

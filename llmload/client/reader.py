@@ -118,14 +118,14 @@ class StreamReader:
                     turn_ends = _take_turns(reactor, turn_ends)
                 end = min(stop, (i // PARSE_SLICE + 1) * PARSE_SLICE)
             events = pick_events(lines, i, end, parse_event, state, openai)
-            for k, ev in enumerate(events):
+            for (t, line), ev in zip(lines[i:end], events, strict=True):
                 if ev is None:
                     continue
                 text, content, has_choices, n, completion_tokens, prompt_tokens, _finish, error, reasoning, \
                     cached_tokens = ev
                 if error is not None:
                     # malformed_event or error_event; the message holds no part of the payload, so failures group
-                    record.failure_kind, record.error = event_failure(parse_line(lines[i + k][1]) or b"", error)
+                    record.failure_kind, record.error = event_failure(parse_line(line) or b"", error)
                     self.done = len(lines)
                     return
                 if completion_tokens is not None:
@@ -135,7 +135,6 @@ class StreamReader:
                     if cached_tokens is not None:
                         record.cached_tokens = cached_tokens
                 if content if content_rule else (has_choices or content):
-                    t = lines[i + k][0]
                     n = n or 1
                     texts.append(text)
                     if reasoning:

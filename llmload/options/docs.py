@@ -40,7 +40,10 @@ field with no command-line flag: `--api-key KEY` is refused with a one-line erro
 content.
 
 Other variables: `LLMLOAD_CLUSTER_TOKEN` (bench's master and workers, see [distributed.md](distributed.md)),
-`LLMLOAD_DEBUG=1` (tracebacks).
+`LLMLOAD_DEBUG=1` (tracebacks), `LLMLOAD_READER` (`auto`, the default: the compiled reader where `pip install`
+built it, else the Python one, said once at the start of the run; `python`: force the Python reader; `compiled`:
+refuse to run without the compiled one, one line and exit 2; see [performance.md](performance.md)).
+`LLMLOAD_NO_EXTENSIONS=1` at install time skips building the compiled reader.
 """
 
 

@@ -31,15 +31,18 @@ def _stats_ms(values_s: list[float]) -> str:
     return f"p50 {np.percentile(a, 50):.3f} p99 {np.percentile(a, 99):.3f} max {a.max():.3f} ms (n={a.size})"
 
 
-def _run(child_runner, start_sim, tmp_path: Path, prompts: int, concurrency: int, out_len: int = OUT_LEN):
+def _run(child_runner, start_sim, tmp_path: Path, prompts: int, concurrency: int, out_len: int = OUT_LEN,
+         reader: str | None = None):
     trace_path = tmp_path / "trace.jsonl"
     sim = start_sim("--ttft-ms", TTFT_MS, "--itl-ms", ITL_MS, "--trace-file", str(trace_path))
     run = child_runner.bench(
         "--base-url", sim.url, "--num-prompts", prompts, "--max-concurrency", concurrency,
         "--sharegpt-output-len", out_len, "--ignore-eos", "--tokenizer", "builtin", "--save-result",
-        "--disable-tqdm",
+        "--disable-tqdm", env_extra={"LLMLOAD_READER": reader} if reader else None,
     )
     assert run.returncode == 0, run.describe()
+    if reader:
+        assert run.result()["client"]["reader"] == reader
     records = run.records()
     assert len(records) == prompts, run.describe()
     failed = [r for r in records if not r["success"]]
@@ -48,8 +51,8 @@ def _run(child_runner, start_sim, tmp_path: Path, prompts: int, concurrency: int
     return run, match_trace(records, trace)
 
 
-def _accuracy(child_runner, start_sim, tmp_path: Path, prompts: int, concurrency: int) -> None:
-    _, pairs = _run(child_runner, start_sim, tmp_path, prompts, concurrency)
+def _accuracy(child_runner, start_sim, tmp_path: Path, prompts: int, concurrency: int, reader: str) -> None:
+    _, pairs = _run(child_runner, start_sim, tmp_path, prompts, concurrency, reader=reader)
     ttft_diff: list[float] = []
     itl_diff: list[float] = []
     send_delay: list[float] = []  # client start -> server received
@@ -89,15 +92,15 @@ def _accuracy(child_runner, start_sim, tmp_path: Path, prompts: int, concurrency
 
 
 @pytest.mark.slow
-def test_accuracy_moderate_load(child_runner, start_sim, tmp_path: Path) -> None:
-    """Issue 3's check: 64 prompts, 32 in flight, against fixed timing."""
-    _accuracy(child_runner, start_sim, tmp_path, prompts=64, concurrency=32)
+def test_accuracy_moderate_load(child_runner, start_sim, tmp_path: Path, reader: str) -> None:
+    """Issue 3's check: 64 prompts, 32 in flight, against fixed timing; on each reader."""
+    _accuracy(child_runner, start_sim, tmp_path, prompts=64, concurrency=32, reader=reader)
 
 
 @pytest.mark.slow
-def test_accuracy_light_load(child_runner, start_sim, tmp_path: Path) -> None:
+def test_accuracy_light_load(child_runner, start_sim, tmp_path: Path, reader: str) -> None:
     """The same comparison with 4 in flight: separates a measuring bug from a client that is too slow."""
-    _accuracy(child_runner, start_sim, tmp_path, prompts=12, concurrency=4)
+    _accuracy(child_runner, start_sim, tmp_path, prompts=12, concurrency=4, reader=reader)
 
 
 #: requests wait their turn behind --max-concurrency 2: each takes TTFT + 7 ITLs = 225 ms, so the k-th pair

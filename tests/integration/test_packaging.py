@@ -28,31 +28,33 @@ _COPY_IGNORE = shutil.ignore_patterns(
 )
 
 
-def _check(argv: list[str], *, cwd: Path, timeout: float = 120.0) -> str:
-    """Run ``argv`` to completion (outside the checkout, offline, no PYTHONPATH); its stdout, or fail."""
-    env = offline_env()
-    env.pop("PYTHONPATH", None)
-    env["PIP_NO_INDEX"] = "1"
-    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, errors="replace",
+def _check(argv: list[str], *, cwd: Path, timeout: float = 120.0, env: dict[str, str] | None = None,
+           both: bool = False) -> str:
+    """Run ``argv`` to completion (outside the checkout, offline, no PYTHONPATH, ``env`` added); its stdout (and
+    stderr after it, with ``both``), or fail."""
+    run_env = offline_env(env)
+    run_env.pop("PYTHONPATH", None)
+    run_env["PIP_NO_INDEX"] = "1"
+    proc = subprocess.run(argv, cwd=cwd, env=run_env, capture_output=True, text=True, errors="replace",
                           timeout=timeout, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, f"{argv} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return proc.stdout
+    return proc.stdout + proc.stderr if both else proc.stdout
 
 
-@pytest.fixture(scope="module")
-def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh virtual environment with the checkout's wheel installed (``--no-deps``); its directory."""
+def _installed(tmp: Path, build_env: dict[str, str] | None = None) -> Path:
+    """A fresh virtual environment with the checkout's wheel (built with ``build_env`` added) installed
+    (``--no-deps``); its directory."""
     try:  # what --no-build-isolation needs: setuptools >= 70.1 has bdist_wheel built in
         from setuptools.command.bdist_wheel import bdist_wheel  # noqa: F401
     except ImportError:
         pytest.fail("building the wheel offline needs setuptools>=70.1: pip install -e '.[test]'")
-    tmp = tmp_path_factory.mktemp("packaging")
     # Build from a copy: an in-tree build would leave build/ and *.egg-info in the shared checkout.
     src = tmp / "src"
     shutil.copytree(REPO, src, ignore=_COPY_IGNORE)
     wheels = tmp / "wheels"
-    _check([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
-            str(src)], cwd=tmp)
+    built = _check([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-v", "-w",
+                    str(wheels), str(src)], cwd=tmp, env=build_env, both=True)
+    (tmp / "build.log").write_text(built)
     (wheel,) = wheels.glob("llmload-*.whl")
     env_dir = tmp / "venv"
     # No pip of its own: the system's pip (visible through --system-site-packages) installs into it.
@@ -66,6 +68,22 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _check([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)], cwd=tmp)
     shutil.rmtree(src)
     return env_dir
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The checkout's wheel, built with the machine's compiler, installed in a fresh virtual environment."""
+    return _installed(tmp_path_factory.mktemp("packaging"))
+
+
+@pytest.fixture(scope="module")
+def venv_without_compiler(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built where the C compiler fails (``CC`` is a compiler that exits 1), installed the same way."""
+    tmp = tmp_path_factory.mktemp("no-compiler")
+    broken = tmp / "broken-cc"
+    broken.write_text("#!/bin/sh\necho 'broken-cc: no compiler here' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    return _installed(tmp, {"CC": str(broken), "LDSHARED": f"{broken} -shared"})
 
 
 def _outside(tmp_path: Path) -> Path:
@@ -103,6 +121,50 @@ def test_default_bench_runs_outside_the_checkout(venv: Path, tmp_path: Path) -> 
     line = next((x for x in out.splitlines() if x.startswith("Successful requests:")), None)
     assert line is not None, out
     assert line.split()[-1] == "5", line
+
+
+def test_the_wheel_carries_the_compiled_reader(venv: Path, tmp_path: Path) -> None:
+    out = _check([str(venv / "bin" / "python"), "-c", "from llmload.client.transport import readers; "
+                  "print(readers.available(), readers.chosen().name)"], cwd=_outside(tmp_path))
+    assert out.split("\n")[0] == "('compiled', 'python') compiled", out
+
+
+def test_without_a_compiler_the_install_succeeds_and_reads_with_python(venv_without_compiler: Path,
+                                                                       tmp_path: Path) -> None:
+    """CC fails: the build says why and goes on; the installed llmload reads with its Python twin, the run says
+    so once, and the result names the reader that ran."""
+    log = (venv_without_compiler.parent / "build.log").read_text()
+    assert "broken-cc" in log and "the compiled reader was not built" in log, log[-3000:]
+    here = _outside(tmp_path)
+    python = str(venv_without_compiler / "bin" / "python")
+    out = _check([python, "-c", "from llmload.client.transport import readers; print(readers.available())"], cwd=here)
+    assert out.strip() == "('python',)"
+    env = offline_env()
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run([str(venv_without_compiler / "bin" / "llmload"), "bench", "--num-prompts", "5",
+                           "--sim-args", "--profile tiny", "--save-result", "--result-dir", str(here),
+                           "--result-filename", "r.json"], cwd=here, env=env, capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    notes = [line for line in proc.stderr.splitlines() if "the compiled reader was not built" in line]
+    assert len(notes) == 1, proc.stderr[-3000:]
+    assert "Client reader:                           python" in proc.stdout
+    import json
+
+    result = json.loads((here / "r.json").read_text())
+    assert result["client"] == {"reader": "python"} and result["client_health"]["reader"] == "python"
+    # asked for, the Python reader says nothing; the compiled one, not built, is a one-line error
+    env["LLMLOAD_READER"] = "python"
+    quiet = subprocess.run([str(venv_without_compiler / "bin" / "llmload"), "bench", "--num-prompts", "2",
+                            "--sim-args", "--profile tiny"], cwd=here, env=env, capture_output=True, text=True,
+                           timeout=120, stdin=subprocess.DEVNULL)
+    assert quiet.returncode == 0 and "compiled reader" not in quiet.stderr, quiet.stderr[-2000:]
+    env["LLMLOAD_READER"] = "compiled"
+    refused = subprocess.run([str(venv_without_compiler / "bin" / "llmload"), "bench", "--num-prompts", "2",
+                              "--sim-args", "--profile tiny"], cwd=here, env=env, capture_output=True, text=True,
+                             timeout=120, stdin=subprocess.DEVNULL)
+    assert refused.returncode == 2, (refused.returncode, refused.stderr[-2000:])
+    assert len(refused.stderr.strip().splitlines()) == 1 and "LLMLOAD_READER=compiled" in refused.stderr
 
 
 def _dockerfile() -> tuple[dict[str, str], list[str], str]:

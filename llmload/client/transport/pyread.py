@@ -78,9 +78,16 @@ class Decoder:
 
     def feed(self, data: bytes, t: float) -> int:
         """Take the next bytes, received at ``t``: MORE, HEAD (the head is in :attr:`head`), DONE or ERROR."""
-        raw = self._raw + data if self._raw else data
-        self._raw = b""
+        if self._raw:
+            raw = self._raw + data
+            self._raw = b""
+        else:
+            raw = data
         mode = self.mode
+        if mode == MODE_CHUNKED:
+            if self._remaining or self._crlf or self._pending or not self._whole_chunks(raw, t):
+                return self._feed_chunked(raw, t)
+            return MORE
         if mode == MODE_HEAD:
             end = raw.find(b"\r\n\r\n")
             if end > MAX_HEAD or (end < 0 and len(raw) > MAX_HEAD):
@@ -91,8 +98,6 @@ class Decoder:
             self.head = raw[:end]
             self._raw = raw[end + 4 :]
             return HEAD
-        if mode == MODE_CHUNKED:
-            return self._feed_chunked(raw, t)
         if mode == MODE_LENGTH:
             take = raw[: self._remaining]
             self.body.append(take)
@@ -161,9 +166,8 @@ class Decoder:
         self._lines(chunk, t)
 
     def _feed_chunked(self, raw: bytes, t: float) -> int:
-        """Decode chunk data as it arrives, so a line is stamped by the read that brought its newline."""
-        if not self._remaining and not self._crlf and not self._pending and self._whole_chunks(raw, t):
-            return MORE
+        """Decode chunk data as it arrives, so a line is stamped by the read that brought its newline (the
+        general decoder: :meth:`feed` tries :meth:`_whole_chunks` first)."""
         pos = 0
         decoded: list[bytes] = []
         status = MORE
