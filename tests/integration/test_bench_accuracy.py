@@ -42,7 +42,11 @@ def _run(child_runner, start_sim, tmp_path: Path, prompts: int, concurrency: int
     )
     assert run.returncode == 0, run.describe()
     if reader:
-        assert run.result()["client"]["reader"] == reader
+        result = run.result()
+        assert result["client"]["reader"] == reader
+        # both readers read through the reactor's epoll loop, with kernel timestamps (a reader that fell back to
+        # reading each socket in its own greenlet, as over TLS, has no read lag to report)
+        assert result["client_health"]["read_lag_p99_ms"] is not None, result["client_health"]
     records = run.records()
     assert len(records) == prompts, run.describe()
     failed = [r for r in records if not r["success"]]

@@ -153,12 +153,7 @@ def test_without_a_compiler_the_install_succeeds_and_reads_with_python(venv_with
 
     result = json.loads((here / "r.json").read_text())
     assert result["client"] == {"reader": "python"} and result["client_health"]["reader"] == "python"
-    # asked for, the Python reader says nothing; the compiled one, not built, is a one-line error
-    env["LLMLOAD_READER"] = "python"
-    quiet = subprocess.run([str(venv_without_compiler / "bin" / "llmload"), "bench", "--num-prompts", "2",
-                            "--sim-args", "--profile tiny"], cwd=here, env=env, capture_output=True, text=True,
-                           timeout=120, stdin=subprocess.DEVNULL)
-    assert quiet.returncode == 0 and "compiled reader" not in quiet.stderr, quiet.stderr[-2000:]
+    # asked for, the compiled reader that was not built is a one-line error, before anything starts
     env["LLMLOAD_READER"] = "compiled"
     refused = subprocess.run([str(venv_without_compiler / "bin" / "llmload"), "bench", "--num-prompts", "2",
                               "--sim-args", "--profile tiny"], cwd=here, env=env, capture_output=True, text=True,

@@ -93,10 +93,5 @@ def _reader(name: str) -> Reader:
         fallback = ("the compiled reader was not built (no C compiler when llmload was installed?): reading with "
                     "Python, which is exact to about 20,000 tokens/s per process; reinstall with gcc present, or "
                     f"set {READER_ENV}=python to silence this")
-    return Reader(PYTHON, pyread.Decoder, pyread.ReadLoop if _has_epoll() else None, pyread.pick_events, fallback)
-
-
-def _has_epoll() -> bool:
-    import select
-
-    return hasattr(select, "epoll")
+    # (its ReadLoop needs epoll: the reactor looks for the unpatched one, which gevent's select module hides)
+    return Reader(PYTHON, pyread.Decoder, pyread.ReadLoop, pyread.pick_events, fallback)
