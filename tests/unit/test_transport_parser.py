@@ -23,8 +23,8 @@ from llmload.client.sse import parse_line
 from llmload.client.transport import Response, ResponseParser, TransportError, pyread
 
 #: a few seconds for the whole file; never a timing deadline (shared CI machines are noisy)
-#: (the reader fixture only sets LLMLOAD_READER: the same for every example)
-FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+#: 120 per reader (the reader fixture only sets LLMLOAD_READER: the same for every example)
+FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 #: for the regression tests of bugs fuzzing found: the same examples every run, so they cannot pass by chance, and
 #: no shrinking (a failure is a known bug coming back; shrinking it would cost most of the file's run time)
 KNOWN_BUG = settings(FUZZ, derandomize=True, database=None, phases=[Phase.explicit, Phase.generate])
