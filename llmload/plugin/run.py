@@ -376,8 +376,10 @@ def attach(environment: Any) -> LocustRun:
     if runner is None:
         return run
     try:
+        from llmload.core.health import reader_in_use
         from llmload.plugin.setup import install_shape
 
+        reader_in_use()  # LLMLOAD_READER asks for a reader this installation has (one line, else)
         install_shape(run)
         from llmload.options import cluster_token
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import free_port, llmload_command
+from support import free_port, llmload_command, offline_env
 
 #: a tiny workload over the shipped tokenizer
 SMALL = ("--tokenizer", "builtin", "--dataset-name", "random", "--random-input-len", "16", "--random-output-len",
@@ -185,6 +185,24 @@ def test_usage_error_exits_2_before_any_request(case: str, counting_server: Coun
     assert counting_server.count() == 0, f"a request reached the server\n{run.describe()}"
     if case == "result-dir-under-a-file":
         assert (tmp_path / "afile").is_file()
+
+
+def test_an_unknown_reader_exits_2_before_any_request(counting_server: CountingServer, child_runner,
+                                                     tmp_path: Path) -> None:
+    """``LLMLOAD_READER`` names no reader: one line naming it and exit 2, from bench and from ``locust -f``, before
+    anything is sent (it used to surface inside Locust's spawning as a traceback)."""
+    reader = {"LLMLOAD_READER": "bogus"}
+    run = child_runner.run([*llmload_command(), "bench", "--base-url", counting_server.url, "--model", "m", *SMALL],
+                           env=offline_env(reader), timeout=60, result_dir=tmp_path)
+    assert run.returncode == 2, run.describe()
+    _assert_one_error(run, mentions="LLMLOAD_READER='bogus'")
+    locust = child_runner.locust("-f", "locustfiles/sharegpt.py", "--headless", "-u", "1", "-r", "1", "-t", "5s",
+                                 "--host", counting_server.url, env_extra=reader)
+    assert locust.returncode == 2, locust.describe()
+    assert "Traceback" not in locust.stderr, locust.describe()
+    assert [line for line in locust.stderr.splitlines() if "LLMLOAD_READER='bogus'" in line] == [
+        "llmload: error: LLMLOAD_READER='bogus': expected one of auto, compiled, python"], locust.describe()
+    assert counting_server.count() == 0, f"a request reached the server\n{run.describe()}"
 
 
 # -- 1: runtime failures ------------------------------------------------------------------------------------
