@@ -187,6 +187,9 @@ static int add_line(Decoder *self, PyObject *t, const char *s, Py_ssize_t n) {
     }
     PyTuple_SET_ITEM(pair, 0, Py_NewRef(t));
     PyTuple_SET_ITEM(pair, 1, line);
+    /* a float and bytes can make no cycle: the collector need never look at it (it would untrack it at its first
+     * pass anyway, after traversing it); a stream holds one per line until it is parsed */
+    PyObject_GC_UnTrack(pair);
     int rc = PyList_Append(self->lines, pair);
     Py_DECREF(pair);
     return rc;
