@@ -24,7 +24,8 @@ SAMPLE = "llmload/data/sharegpt_sample.json.gz"
 TOKENIZER = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 #: never copied into the build tree: VCS data, caches, earlier build output
 _COPY_IGNORE = shutil.ignore_patterns(
-    ".git", "__pycache__", "*.egg-info", "build", "dist", ".venv", ".pytest_cache", ".ruff_cache", "results", "*.so"
+    ".git", "__pycache__", "*.egg-info", "build", "dist", ".venv", ".pytest_cache", ".ruff_cache", ".mypy_cache",
+    ".hypothesis", "results", "*.so"
 )
 
 
