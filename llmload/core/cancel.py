@@ -10,6 +10,7 @@ drawn amount: seconds from when the request went out, or ``tokens:N`` stream eve
     tokens:50          after the 50th stream event (about the 50th token)
     tokens:uniform:10:200
 
+The initial test, the warm-ups and the probes are never cancelled: they are not the run's requests.
 A cancelled request is its own outcome: neither completed nor failed, left out of every latency statistic, and
 ``sent = completed + failed + cancelled + cut off``. docs/arrivals.md, "Cancellation".
 """
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llmload.common.errors import ConfigError
+from llmload.core.schedule import is_measured
 from llmload.options import option_value
 
 #: the distributions a spec may name, and how many numbers each takes
@@ -73,6 +75,8 @@ class CancelPlan:
     def draw(self, request_id: str) -> tuple[float | None, int | None]:
         """``(seconds, None)`` or ``(None, stream events)`` for a request to cancel, ``(None, None)`` for one
         that runs to its end."""
+        if not is_measured(request_id):
+            return None, None  # the initial test, warm-ups and probes check the server: never cancelled
         rng = random.Random(f"llmload-cancel:{self.seed}:{request_id}")
         if rng.random() >= self.rate:
             return None, None

@@ -21,8 +21,14 @@ import numpy as np
 from llmload.common.errors import ConfigError
 from llmload.datasets.base import SampleRequest
 
-#: the request id of the one request ``llmload bench`` sends before the run (never one of the run's ids)
+#: the request id of the one request ``llmload bench`` sends before the run (never one of the run's ids); the
+#: warm-ups and probes beside the run take it as a prefix
 INITIAL_TEST_ID = "llmload-initial-test"
+
+
+def is_measured(request_id: str) -> bool:
+    """A request of the run itself, not the initial test, a warm-up or a probe (those are never cancelled)."""
+    return not request_id.startswith(INITIAL_TEST_ID)
 
 
 @dataclass(frozen=True)

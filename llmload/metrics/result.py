@@ -32,7 +32,8 @@ class BenchmarkMetrics:
     failed: int
     cut_off: int
     total_requests: int
-    #: sum of the dataset's prompt lengths over completed requests (vLLM's ``total_input_tokens``)
+    #: prompt tokens over completed requests, vLLM's ``total_input_tokens``: the dataset's sum until
+    #: :meth:`follow_vllm`, then the server's count where it reported one (today's vLLM; 0.7 keeps the dataset's)
     total_input: int
     total_output: int
     request_throughput: float

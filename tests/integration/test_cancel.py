@@ -94,3 +94,26 @@ def test_locust_and_bench_cancel_the_same_requests_after_tokens(child_runner, st
     # the server saw each of them go, in both runs
     closed = sorted(t["client_id"] for t in trace_lines(trace) if t["status"] == "client_closed")
     assert closed == sorted(ids["bench"] * 2), (closed, ids)
+
+
+def test_the_initial_test_and_warm_ups_are_never_cancelled(child_runner, start_sim, tmp_path: Path) -> None:
+    """--cancel-rate 1 cancels every request of the run, and none of the requests that check the server first: the
+    initial test used to draw a cancellation too and fail the run ("initial test request ... failed: cancelled by
+    the client"), exit 1."""
+    trace = tmp_path / "trace.jsonl"
+    sim = start_sim(*SIM, "--trace-file", trace)
+    prompts = 8
+    run = child_runner.bench("--base-url", sim.url, "--tokenizer", "builtin", "--num-prompts", str(prompts),
+                             "--seed", "7", "--sharegpt-output-len", str(OUTPUT_LEN), "--ignore-eos",
+                             "--request-rate", "20", "--cancel-rate", "1", "--cancel-after", "0.15",
+                             "--num-warmups", "2", "--save-result", "--disable-tqdm", timeout=180)
+    assert "initial test request" not in run.stderr, run.describe()
+    # the exit-code contract: 0 needs a completed request; here every one of the run's was cancelled on purpose
+    assert run.returncode == 1 and "no request completed" in run.stderr, run.describe()
+    result, records = run.result(), run.records()
+    assert result["cancelled"] == prompts and result["completed"] == 0 and result["failed"] == 0, result
+    assert all(r["cancelled"] for r in records) and len(records) == prompts
+    # the server saw exactly the run's requests closed by the client; the initial test and warm-ups ran to the end
+    assert sorted(_closed(trace)) == sorted(r["request_id"] for r in records)
+    served = [t for t in trace_lines(trace) if t["status"] == "ok"]
+    assert len(served) == 3, served  # the initial test and the two warm-ups

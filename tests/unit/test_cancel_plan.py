@@ -10,6 +10,7 @@ import pytest
 from llmload.client.records import RequestRecord
 from llmload.common.errors import ConfigError
 from llmload.core.cancel import CancelAfter, cancel_plan
+from llmload.core.schedule import INITIAL_TEST_ID
 from llmload.core.settings import UserSettings
 from llmload.metrics import compute_metrics
 
@@ -48,6 +49,14 @@ def test_the_draw_depends_on_seed_and_request_id_only() -> None:
     assert abs(share - 0.3) < 4 * math.sqrt(0.3 * 0.7 / len(ids))  # a binomial bound, 4 sigma
     other = cancel_plan(0.3, "exp:1", 8)
     assert [a.draw(i) for i in ids[:200]] != [other.draw(i) for i in ids[:200]]
+
+
+def test_the_requests_that_check_the_server_are_never_cancelled() -> None:
+    """The initial test, warm-ups and probes (their ids start with INITIAL_TEST_ID) are not the run's requests."""
+    plan = cancel_plan(1.0, "tokens:5", 7)
+    assert plan.draw("synth_00001") == (None, 5)
+    for request_id in (INITIAL_TEST_ID, f"{INITIAL_TEST_ID}-warmup-0", f"{INITIAL_TEST_ID}-probe-3"):
+        assert plan.draw(request_id) == (None, None)
 
 
 def test_the_plan_travels_to_workers_in_the_user_settings() -> None:
