@@ -14,6 +14,7 @@ import pytest
 
 from llmload.common.errors import DatasetError
 from llmload.datasets.traces.weka import Call, prefix_reuse, read_sessions
+from llmload.datasets.traces.weka_synth import synthetic_traces
 
 WEKA_CC = Path(__file__).resolve().parents[3] / "shared" / "traces" / "weka_cc"
 
@@ -123,3 +124,30 @@ def test_an_empty_folder_or_file_and_a_missing_path_are_one_line(tmp_path: Path)
         read_sessions(tmp_path / "empty.jsonl")
     with pytest.raises(DatasetError, match="trace file not found"):
         read_sessions(tmp_path / "missing.jsonl")
+
+
+def test_the_seeded_generator_writes_traces_of_the_format(tmp_path: Path) -> None:
+    """The project's own sample: read back as sessions, the same for a seed, an agent's shape (a growing
+    context that re-sends the previous call's prompt, sub-agents sharing the tool block, the parent waiting for a
+    sub-agent it did not detach)."""
+    traces = synthetic_traces(3, sessions=5, calls=6, subagents=2)
+    assert traces == synthetic_traces(3, sessions=5, calls=6, subagents=2) != synthetic_traces(4, sessions=5)
+    path = tmp_path / "synth.jsonl"
+    path.write_text("".join(json.dumps(t) + "\n" for t in traces))
+    sessions = read_sessions(path)
+    assert [s.id for s in sessions] == [t["id"] for t in traces]
+    for s in sessions:
+        assert len(s.main.calls) == 6 and 1 <= len(s.subagents) <= 2
+        for chain in s.chains:
+            for before, after in zip(chain.calls, chain.calls[1:], strict=False):
+                assert after.hash_ids[: len(before.hash_ids)] == before.hash_ids  # the context only grows
+                assert after.t >= before.t
+        tool_block = s.main.calls[0].hash_ids[0]
+        assert all(sub.calls[0].hash_ids[0] == tool_block for sub in s.subagents)
+        for sub in s.subagents:
+            end = sub.spawn_t + sub.calls[-1].t
+            later = [c for c in s.main.calls if c.turn > sub.calls[-1].turn]
+            if later and not sub.detached:
+                assert later[0].t > end, (s.id, sub.agent_id)
+        total = sum(c.input_tokens for chain in s.chains for c in chain.calls)
+        assert 0 < s.ideal_reuse_tokens() < total
