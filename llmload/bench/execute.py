@@ -200,7 +200,7 @@ def execute(plan: RunPlan, run: Run, user: Any, env: Any, interrupts: Any, stack
     """Run the schedule (on ``master``'s workers when distributed) and return the outcome and client health."""
     from llmload.bench.progress import Progress
     from llmload.bench.setup import run_config
-    from llmload.core.health import HealthMonitor, reader_note
+    from llmload.core.health import HealthMonitor
     from llmload.summary import format_run_header
 
     args = plan.args
@@ -218,8 +218,6 @@ def execute(plan: RunPlan, run: Run, user: Any, env: Any, interrupts: Any, stack
     progress = Progress(run.planned)
     on_record = live.chain(lambda record: (observer.on_record(record), progress.on_record(record)))
     health = HealthMonitor(reactor=user.pool.reactor)
-    if note := reader_note():
-        log(f"llmload: {note}")
     journal = open_journal(plan)
     from llmload.bench.vllm_extras import RunExtras
 

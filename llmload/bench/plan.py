@@ -58,10 +58,10 @@ class RunPlan:
         self.args = args
         self.base_url = base_url(args)
         # gevent comes with it: imported when a run is planned, not for --help
-        from llmload.core.health import reader_in_use
+        from llmload.core.health import reader_note
 
-        #: "compiled" or "python" (LLMLOAD_READER=compiled where it was not built is refused here, first)
-        self.reader = reader_in_use()
+        if note := reader_note():  # (a bad LLMLOAD_READER is refused here, first)
+            log(f"llmload: {note}")
         self.api_key = api_key(args)
         self.metadata = parse_metadata(args.metadata)
         backend = args.backend

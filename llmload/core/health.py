@@ -136,16 +136,10 @@ def merge_health(workers: dict[str, dict[str, Any] | None], master: dict[str, An
     return merged
 
 
-def reader_in_use() -> str:
-    """The reader this process reads with (``compiled`` or ``python``); a :class:`ConfigError` where
-    ``LLMLOAD_READER`` asks for what this installation does not have (checked before a run starts anything)."""
-    from llmload.client.transport import readers
-
-    return readers.chosen().name
-
-
 def reader_note() -> str | None:
-    """The one line a run says where it reads with Python only because the compiled reader was not built."""
+    """The one line a run says where it reads with Python only because the compiled reader was not built; a
+    :class:`ConfigError` where ``LLMLOAD_READER`` asks for what this installation does not have. Each way in
+    calls it once, while it checks its options, before the run starts anything."""
     from llmload.client.transport import readers
 
     return readers.fallback_note()

@@ -62,14 +62,10 @@ def say(line: str) -> None:
 
 def watch_health(run: Any) -> None:
     """Sample this process's loop lag, CPU and read lag while the test runs (core/health.HealthMonitor)."""
-    from llmload.core.health import HealthMonitor, reader_note
+    from llmload.core.health import HealthMonitor
 
     if run.health is not None:
         run.health.stop()
-    else:
-        note = reader_note()  # once, at the first test of the run
-        if note:
-            say(note)
     run.health = HealthMonitor(reactor=run.reactor)
     run.health.start()
     run.health_report = None

@@ -376,10 +376,11 @@ def attach(environment: Any) -> LocustRun:
     if runner is None:
         return run
     try:
-        from llmload.core.health import reader_in_use
+        from llmload.core.health import reader_note
         from llmload.plugin.setup import install_shape
 
-        reader_in_use()  # LLMLOAD_READER asks for a reader this installation has (one line, else)
+        if note := reader_note():  # (a bad LLMLOAD_READER is refused here, before Locust spawns a user)
+            say(note)
         install_shape(run)
         from llmload.options import cluster_token
 

@@ -59,7 +59,8 @@ class Connection:
         self.stamped = False
         #: bytes received past the end of the previous response
         self.buf = b""
-        #: when the watchdog gives up on this connection if no data arrives (0: idle)
+        #: the read timeout from the request's start (0: idle); each read moves it on, by the decoder's
+        #: ``last_read`` (the watchdog takes the later of the two)
         self.deadline = 0.0
         #: when the whole request must be over (0: no limit); set per request by the pool
         self.request_deadline = 0.0
@@ -269,7 +270,6 @@ class Reactor:
             if status == OSERROR:
                 self._fail(fd, w, OSError(err, os.strerror(err)))  # the pool maps it, knowing what had arrived
                 continue
-            w.conn.deadline = t + w.conn.timeout
             parser = w.parser
             try:
                 if status == EOF:

@@ -1,6 +1,6 @@
 """The one place that chooses the reader: the compiled one (``_cread``, built by ``pip install`` where a C compiler
 is found) or its pure-Python twin (:mod:`llmload.client.transport.pyread`). Both give the same lines, events and
-records for the same bytes, however they are split into reads (tests/unit/test_reader_twins.py).
+records for the same bytes, however they are split into reads (tests/integration/test_reader_twins.py).
 
 ``LLMLOAD_READER`` decides: unset or ``auto`` takes the compiled reader where it was built, else the Python one
 (and :func:`fallback_note` says so once per run); ``python`` forces the Python reader; ``compiled`` insists on the

@@ -16,6 +16,7 @@ Replaying sessions (chains, sub-agents beside their parent, think times) is issu
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Iterator
@@ -153,7 +154,7 @@ def _session(data: Any, where: str) -> Session:
     if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size <= 0:
         raise DatasetError(f"{where}: trace {trace_id}: block_size must be a positive integer, got {block_size!r}")
     session = Session(trace_id, block_size, Chain(""), source=where)
-    turns = _turns()
+    turns = itertools.count()
     for i, entry in enumerate(data["requests"]):
         at = f"{where}: trace {trace_id}: requests[{i}]"
         if isinstance(entry, dict) and entry.get("type") == SUBAGENT:
@@ -163,13 +164,6 @@ def _session(data: Any, where: str) -> Session:
     if not session.calls:
         raise DatasetError(f"{where}: trace {trace_id} has no requests")
     return session
-
-
-def _turns() -> Iterator[int]:
-    n = 0
-    while True:
-        yield n
-        n += 1
 
 
 def _subagent(entry: dict[str, Any], at: str, turns: Iterator[int], parent: Chain) -> Chain:
