@@ -32,6 +32,7 @@ from llmload.common.choices import TTFT_RULES  # noqa: F401  (re-exported: llmlo
 from llmload.core.models import ModelMix
 from llmload.core.schedule import Scheduled
 from llmload.core.state import state_of
+from llmload.core.structured import AnswerCheck, answer_check, checked_format
 from llmload.datasets.base import SampleRequest
 
 
@@ -97,6 +98,9 @@ class LLMUser(User):
         self._run = state_of(environment)
         mix = self.models
         self._mix = ModelMix(tuple(mix)) if isinstance(mix, list | tuple) and mix else mix
+        # --response-format (or a response_format in the extra body): every answer is checked after it ended
+        checked = checked_format(self.extra_body or {}, "extra_body")
+        self._answer_check: AnswerCheck | None = answer_check(checked) if checked is not None else None
         headers = {"Accept-Encoding": "identity", "Content-Type": "application/json", "Accept": "text/event-stream",
                    **self.dialect.extra_headers()}
         if self.api_key:
@@ -172,6 +176,10 @@ class LLMUser(User):
         finally:
             self._run.in_flight -= 1
         self.pool.reactor.yield_to_reads()
+        if self._answer_check is not None and record.success:
+            # after the response, off the per-token path: does it parse, does it match the schema
+            record.structured_output_valid, record.structured_output_error = self._answer_check.verdict(
+                record.text())
         self._fire_stats_row(record, exception)
         llm_events.request_complete.fire(record=record, user=self)
         self.pool.reactor.yield_to_reads()  # a batch of requests ending together must not hold back the reads

@@ -105,6 +105,10 @@ def _cache_and_generation(parser: argparse.ArgumentParser) -> None:
                      help="chat, responses, messages: send the first N generated tokens as reasoning "
                           "(reasoning_content, a reasoning item, a thinking block), the rest as the answer "
                           "(default 0; completions never reason)")
+    gen.add_argument("--invalid-json-rate", type=argtypes.fraction, default=0.0, metavar="P",
+                     help="structured output (a request's response_format): break this share of the JSON answers "
+                          "(the last token becomes a word, the JSON is left unclosed), drawn from --seed and the "
+                          "request (default 0)")
 
 
 def _faults_and_trace(parser: argparse.ArgumentParser) -> None:
@@ -181,6 +185,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         session_header=args.session_header.strip(), trace_prompts=args.trace_prompts,
         trace_requests=args.trace_requests,
         degrade_after_s=args.degrade_after, degrade_factor=args.degrade_factor,
+        invalid_json_rate=args.invalid_json_rate,
     )
 
 

@@ -307,6 +307,8 @@ class Run:
                                   ttft_rule=config.ttft_rule, schedule_lags_s=outcome.schedule_lags_s,
                                   class_slos=class_slos, slice_duration_s=config.slice_duration,
                                   vllm_compat=config.vllm_compat)
+        if getattr(self.options, "response_format", None) and metrics.structured_checked is None:
+            metrics.structured_checked = 0  # asked for, though no answer came to check: the result says so
         return Measured(records, metrics)
 
 

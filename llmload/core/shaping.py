@@ -1,7 +1,8 @@
 """What every request carries beyond its prompt, as today's ``vllm bench serve`` sends it (docs/vllm-compat.md):
 sampling parameters (``--temperature``, ``--top-p``, ``--top-k``, ``--min-p``, the penalties), ``--extra-body``
-(merged over them, and over every field of the body: vLLM's order), headers (``--header KEY=VALUE``, which the
-request id header then overrides) and ``--request-id-prefix`` for ``X-Request-Id``.
+(merged over them, and over every field of the body: vLLM's order), ``--response-format`` (OpenAI's
+``response_format``, under ``--extra-body``: :mod:`llmload.core.structured`), headers (``--header KEY=VALUE``,
+which the request id header then overrides) and ``--request-id-prefix`` for ``X-Request-Id``.
 
 vLLM no longer sends ``temperature`` unless asked (the server's default applies); ``--vllm-compat 0.7`` restores
 0.7's ``temperature: 0`` (greedy) for comparison with old results.
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llmload.common.errors import ConfigError
+from llmload.core.structured import checked_format, response_format_from
 
 #: option dest -> body field, in vLLM's order
 SAMPLING = {"top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "temperature": "temperature",
@@ -67,6 +69,10 @@ def shaping_from(options: Any) -> RequestShaping:
     logprobs = getattr(options, "logprobs", None)
     if logprobs is not None:
         body["logprobs"] = logprobs
+    response_format = response_format_from(options)  # --response-format: checked answers (core/structured.py)
+    if response_format is not None:
+        body["response_format"] = response_format
     body.update(parse_json_object(getattr(options, "extra_body", None), "--extra-body"))
+    checked_format(body, "--extra-body")  # a response_format given there is checked as well
     return RequestShaping(body, parse_headers(getattr(options, "header", None)),
                           getattr(options, "request_id_prefix", None) or "")

@@ -273,6 +273,7 @@ def _metrics(groups: Sequence[_Group], tally: Tally, ask: _Ask, lags_s: Sequence
         prompt_tokens_mismatch=tally.prompt_mismatch, prompt_tokens_server_minus_dataset=tally.prompt_diff,
         total_input_server=tally.total_input_server if tally.server_reported else None,
         failures_by_kind=by_kind, failure_examples=examples,
+        structured_checked=tally.structured_checked or None, structured_valid=tally.structured_valid,
         client_queue={k: Distribution.of(_exact(groups, k), ask.percentiles) for k in QUEUE_METRICS
                       if k in ask.metrics},
     )

@@ -34,7 +34,8 @@ _ALL = {**METRICS, **QUEUE_METRICS}
 SENT_KEYS = tuple(k for k, m in METRICS.items() if m.applies_to == SENT)
 #: :class:`Tally`'s plain counters (what :meth:`Tally.merged` adds up)
 _COUNTS = ("records", "completed", "failed", "cut_off", "cancelled", "total_input", "total_input_server",
-           "total_output", "server_reported", "prompt_mismatch", "prompt_diff")
+           "total_output", "server_reported", "prompt_mismatch", "prompt_diff", "structured_checked",
+           "structured_valid")
 
 
 class Column:
@@ -96,6 +97,8 @@ class Tally:
         self.records = self.completed = self.failed = self.cut_off = self.cancelled = 0
         self.total_input = self.total_input_server = self.total_output = 0
         self.server_reported = self.prompt_mismatch = self.prompt_diff = 0
+        #: completed requests whose answer was checked against a response format, and those found valid
+        self.structured_checked = self.structured_valid = 0
         self.sources: Counter[str] = Counter()
         self.failures: Counter[str] = Counter()
         self.examples: dict[str, str] = {}
@@ -124,6 +127,10 @@ class Tally:
             self.prompt_mismatch += 1
             self.prompt_diff += server - r.prompt_len
         self.sources[r.output_tokens_source] += 1
+        verdict = getattr(r, "structured_output_valid", None)
+        if verdict is not None:
+            self.structured_checked += 1
+            self.structured_valid += bool(verdict)
 
     @classmethod
     def merged(cls, tallies: Iterable[Tally]) -> Tally:

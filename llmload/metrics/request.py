@@ -40,3 +40,5 @@ class MeasuredRequest(Protocol):
     user_class: str
     cancelled: bool
     model: str
+    #: ``--response-format``: the answer's verdict (None: not checked)
+    structured_output_valid: bool | None

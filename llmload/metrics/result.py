@@ -94,6 +94,10 @@ class BenchmarkMetrics:
     #: today's vLLM's client-side queue metrics asked for with ``--percentile-metrics`` (:data:`QUEUE_METRICS
     #: <llmload.metrics.definitions.QUEUE_METRICS>`), over completed requests; empty when none was
     client_queue: dict[str, Distribution] = field(default_factory=dict)
+    #: ``--response-format``: completed requests whose answer was checked (None: the run asked for no response
+    #: format), and those that parsed and matched the schema (``structured_output`` in the result JSON)
+    structured_checked: int | None = None
+    structured_valid: int = 0
 
     def follow_vllm(self, compat: str | None) -> None:
         """Take the meanings of the vLLM the run follows (docs/vllm-compat.md): today's ``vllm bench serve``
@@ -113,6 +117,15 @@ class BenchmarkMetrics:
     def reported_max_concurrent(self) -> int:
         """``max_concurrent_requests`` as the vLLM the run follows counts it (today's exact peak; 0.7's bucket)."""
         return self.max_concurrent_requests_per_second if self.vllm_compat == "0.7" else self.max_concurrent_requests
+
+    @property
+    def structured_output(self) -> dict[str, Any] | None:
+        """The result JSON's ``structured_output``: ``{requests, valid, valid_rate}`` over the completed requests
+        whose answers were checked (``valid_rate`` None when there were none); None without a response format."""
+        n = self.structured_checked
+        if n is None:
+            return None
+        return {"requests": n, "valid": self.structured_valid, "valid_rate": self.structured_valid / n if n else None}
 
     @property
     def sent(self) -> int:
@@ -154,6 +167,8 @@ class BenchmarkMetrics:
         result["late_send_threshold_ms"] = self.late_send_threshold_ms
         if self.conversations is not None:
             result.update(self.conversations.result_keys())
+        if self.structured_checked is not None:
+            result["structured_output"] = self.structured_output
         if self.by_class:
             result["by_class"] = {c: m.class_result_dict() for c, m in self.by_class.items()}
         if self.by_model:

@@ -23,6 +23,10 @@ REQUEST_OPTIONS = (
     Option(("--extra-body",), "extra_body", BOTH, "request",
            "a JSON object merged into every request body, over everything else, e.g. '{\"top_p\": 0.9}'",
            metavar="JSON"),
+    Option(("--response-format",), "response_format", BOTH, "request",
+           "structured output: json_object, or json_schema:FILE (a JSON Schema, or OpenAI's {name, schema, strict}); "
+           "sent as OpenAI's response_format on chat and completions, every answer checked: it parses, it "
+           "matches the schema (docs/metrics.md, \"Structured output\")", metavar="json_object|json_schema:FILE"),
     Option(("--header",), "header", BOTH, "request", "extra request headers, e.g. X-Tenant=a (the request id "
            "header wins over one of its name)", nargs="*", metavar="KEY=VALUE", web_ui=False),
     Option(("--request-id-prefix",), "request_id_prefix", BOTH, "request",

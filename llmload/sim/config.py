@@ -166,6 +166,9 @@ class SimConfig:
     #: engine step) is ``degrade_factor`` times as long (None: never)
     degrade_after_s: float | None = None
     degrade_factor: float = 2.0
+    #: structured output: the share of answers to a ``response_format`` that are broken (unclosed JSON), drawn
+    #: from the seed and the request (:mod:`llmload.sim.structured`)
+    invalid_json_rate: float = 0.0
 
     @property
     def served_names(self) -> tuple[str, ...]:

@@ -10,7 +10,8 @@ import orjson
 
 from llmload.sim.config import SimConfig
 from llmload.sim.prefix_cache import id_block_hashes, text_block_hashes
-from llmload.sim.text import estimate_tokens, text_offset
+from llmload.sim.structured import Unsupported, draw_broken, plan_for
+from llmload.sim.text import TOKEN_COUNT, TOKENS, estimate_tokens, text_of, text_offset
 
 #: text -> token ids (``--tokenizer``)
 Tokenize = Callable[[str], Sequence[int]]
@@ -55,6 +56,17 @@ class GenRequest:
     trace_prompt: object = None
     #: the LoRA adapter the request named as its model ('' for a base model)
     adapter: str = ""
+    #: structured output (``response_format``, :mod:`llmload.sim.structured`): the output, one piece of JSON string
+    #: body per token (reasoning words first); None: the sim's words (:func:`~llmload.sim.text.text_of`)
+    pieces: tuple[bytes, ...] | None = None
+    #: with a response format: "valid", or "broken" (``--invalid-json-rate``); '' without one
+    structured: str = ""
+
+    def text(self, start: int, count: int) -> bytes:
+        """The output's tokens ``start`` to ``start + count``, concatenated (JSON string body)."""
+        if self.pieces is None:
+            return text_of(self.text_offset, start, count)
+        return b"".join(self.pieces[start:start + count])
 
 
 class RequestError(Exception):
@@ -185,6 +197,8 @@ class RequestParser:
             )
         offset = text_offset(cfg.seed, text) if text else (cfg.seed + prompt_tokens) % 1000
         output_tokens = _output_tokens(cfg, offset, max_tokens, fields.ignore_eos)
+        reasoning = min(cfg.reasoning_tokens, output_tokens) if kind in REASONING_KINDS else 0
+        pieces, structured, reasoning = _structured(cfg, kind, body, raw, offset, output_tokens, reasoning)
         return GenRequest(
             kind=kind,
             stream=fields.stream,
@@ -198,9 +212,31 @@ class RequestParser:
             ignore_eos=fields.ignore_eos,
             block_hashes=_block_hashes(cfg, text, ids, prompt_tokens),
             prefix_cache=cfg.prefix_cache,
-            reasoning_tokens=min(cfg.reasoning_tokens, output_tokens) if kind in REASONING_KINDS else 0,
+            reasoning_tokens=reasoning,
             trace_prompt=_trace_prompt(kind, body, fields) if cfg.trace_prompts else None,
+            pieces=pieces,
+            structured=structured,
         )
+
+
+def _structured(cfg: SimConfig, kind: str, body: dict, raw: bytes, offset: int, output_tokens: int,
+                reasoning: int) -> tuple[tuple[bytes, ...] | None, str, int]:
+    """Completions and chat: the output's pieces for a ``response_format`` (reasoning words, then the JSON
+    answer, which keeps at least one token), whether ``--invalid-json-rate`` broke it, and the reasoning tokens;
+    a 400 for a format the simulator cannot answer. ``(None, "", reasoning)`` without one."""
+    if kind not in ("completions", "chat"):
+        return None, "", reasoning
+    try:
+        plan = plan_for(body.get("response_format"))
+    except Unsupported as exc:
+        raise bad_request(str(exc), "response_format") from None
+    if plan is None:  # {"type": "text"}
+        return None, "", reasoning
+    reasoning = min(reasoning, output_tokens - 1)
+    broken = draw_broken(cfg.invalid_json_rate, cfg.seed, raw)
+    words = tuple(TOKENS[(offset + i * 7) % TOKEN_COUNT] for i in range(reasoning))
+    pieces = words + plan.pieces(output_tokens - reasoning, offset, broken, first_word=reasoning)
+    return pieces, "broken" if broken else "valid", reasoning
 
 
 def _block_hashes(cfg: SimConfig, text: str, ids: Sequence[int] | None, prompt_tokens: int) -> list[int]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import orjson
 
 from llmload.sim.requests import GenRequest
-from llmload.sim.text import text_of
 
 _NULL = b"null"
 
@@ -168,9 +167,9 @@ class ChatWire(_OpenAIWire):
         if generated <= reasoning:
             pre = self._think + text
         elif generated - n < reasoning:  # the chunk holds the last reasoning tokens and the first answer ones
-            offset = self.req.text_offset
-            pre = (self._think + text_of(offset, generated - n, reasoning - generated + n) + b'","content":"'
-                   + text_of(offset, reasoning, generated - reasoning))
+            req = self.req
+            pre = (self._think + req.text(generated - n, reasoning - generated + n) + b'","content":"'
+                   + req.text(reasoning, generated - reasoning))
         else:
             pre = self._pre + text
         if not last:
@@ -186,8 +185,8 @@ class ChatWire(_OpenAIWire):
         if req.reasoning_tokens:
             # vLLM's reasoning parser: content is null when the whole output is reasoning
             answer = req.output_tokens - req.reasoning_tokens
-            content = b'"' + text_of(req.text_offset, req.reasoning_tokens, answer) + b'"' if answer else _NULL
-            message = (b'{"role":"assistant","reasoning_content":"' + text_of(req.text_offset, 0, req.reasoning_tokens)
+            content = b'"' + req.text(req.reasoning_tokens, answer) + b'"' if answer else _NULL
+            message = (b'{"role":"assistant","reasoning_content":"' + req.text(0, req.reasoning_tokens)
                        + b'","content":' + content + b"}")
         else:
             message = b'{"role":"assistant","content":"' + text + b'"}'

@@ -131,6 +131,8 @@ def format_llmload_block(
         lines.append(int_line("Output tokens counted from:", sources))
     if m.prompt_tokens_mismatch:
         lines.append(int_line("Server prompt tokens differ (requests):", m.prompt_tokens_mismatch))
+    if m.structured_checked is not None:
+        lines.append(structured_output_line(m))
     lines += failure_lines(m)
     lines.append(heading("TPOT excl. 1st ITL", "-"))
     lines += _distribution_lines(m.tpot_steady, "TPOT excl. 1st ITL")
@@ -166,6 +168,13 @@ def _deployment_lines(m: BenchmarkMetrics, deployment: Any) -> list[str]:
             lines.append(float_line(f"Cost per 1M {label} tokens (USD):", cost) if cost is not None
                          else int_line(f"Cost per 1M {label} tokens (USD):", "n/a"))
     return lines
+
+
+def structured_output_line(m: BenchmarkMetrics) -> str:
+    """``--response-format``: how many checked answers parsed and matched the schema, of how many."""
+    n, valid = m.structured_checked or 0, m.structured_valid
+    share = f" ({100.0 * valid / n:.1f} %)" if n else ""
+    return int_line("Structured output valid:", f"{valid} / {n}{share}")
 
 
 #: longest example message printed after a failure kind's count

@@ -168,7 +168,7 @@ def test_the_brief_s_locust_options_are_shared() -> None:
     wanted = """--backend --endpoint --model --model-selection --model-weights --lora-modules --lora-assignment
         --served-model-name --tokenizer --trust-remote-code --dataset-name --temperature --top-p --top-k --min-p
         --frequency-penalty --presence-penalty --repetition-penalty --logprobs --extra-body --header
-        --request-id-prefix --insecure --vllm-compat --disable-shuffle --no-oversample --no-stream
+        --request-id-prefix --response-format --insecure --vllm-compat --disable-shuffle --no-oversample --no-stream
         --skip-chat-template --chat-template-kwargs --random-batch-size --skip-tokenizer-init --sonnet-input-len
         --sonnet-output-len --sonnet-prefix-len --spec-bench-output-len --spec-bench-category --hf-subset --hf-split
         --hf-name --hf-output-len

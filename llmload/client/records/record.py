@@ -204,6 +204,10 @@ class RequestRecord:
     conversation_turns: int = 0
     #: on a conversation's last record: how it ended ("completed", "failed", "context_cap", "cut_off", "stopped")
     conversation_end: str = ""
+    #: ``--response-format``: whether the completed answer parsed as JSON and matched the schema (None: not
+    #: checked: no response format asked for, or the request did not complete), and why not, in one short line
+    structured_output_valid: bool | None = None
+    structured_output_error: str = ""
     #: ``usage.prompt_tokens_details.cached_tokens`` when the server reported it (a prefix-cache hit)
     cached_tokens: int | None = None
     #: arrival of the first event with answer text (reasoning excluded); None when no answer text arrived

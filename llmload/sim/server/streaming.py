@@ -21,7 +21,7 @@ from llmload.sim.requests import GenRequest, RequestError, extra_forbidden, open
 from llmload.sim.server.conn import OUT, Conn, Job
 from llmload.sim.server.http import END_CHUNKED, STREAM_HEAD, frame
 from llmload.sim.server.tracefile import traced_request
-from llmload.sim.text import TOKEN_COUNT, TOKENS, text_of
+from llmload.sim.text import TOKEN_COUNT, TOKENS
 from llmload.sim.typed_wire import make_wire
 
 if TYPE_CHECKING:
@@ -250,7 +250,10 @@ class Streaming:
             n == 1 and generated < req.output_tokens and job.chunk_tokens and job.fault is None
             and req.stream and not conn.wbuf and not conn.closed
         ):
-            event = job.wire.token_event(TOKENS[(req.text_offset + job.generated * 7) % TOKEN_COUNT], generated, False)
+            pieces = req.pieces  # structured output's JSON, else the sim's words
+            token = (TOKENS[(req.text_offset + job.generated * 7) % TOKEN_COUNT] if pieces is None
+                     else pieces[job.generated])
+            event = job.wire.token_event(token, generated, False)
             job.generated = generated
             data = b"%x\r\n%b\r\n" % (len(event), event)
             try:
@@ -278,7 +281,7 @@ class Streaming:
             if job.seq is not None:
                 req.cached_tokens = job.seq.cached  # the engine looked the prompt up when it admitted it
             self._first_token(job, now)
-        text = text_of(req.text_offset, job.generated, n)
+        text = req.text(job.generated, n)
         job.generated += n
         last = job.generated >= req.output_tokens
         if not req.stream:
