@@ -78,7 +78,11 @@ class RunPlan:
             what = "an Azure/BurstGPT CSV or a JSONL trace" if trace else "a JSONL file"
             raise ConfigError(f"--dataset-name {args.dataset_name} needs --dataset-path ({what})")
         # hf: a directory or a cached hub id too (the dataset says which, before the first request)
-        if args.dataset_path and args.dataset_name != "hf" and not Path(args.dataset_path).is_file():
+        if args.dataset_name == "weka_trace":
+            if not args.dataset_path or not Path(args.dataset_path).exists():
+                raise ConfigError(f"--dataset-name weka_trace needs --dataset-path: a folder of WEKA / Claude Code "
+                                  f".json traces or a .jsonl file of them ({args.dataset_path or 'none given'})")
+        elif args.dataset_path and args.dataset_name != "hf" and not Path(args.dataset_path).is_file():
             raise ConfigError(f"--dataset-path {args.dataset_path}: no such file")
         if trace and (args.rate_shape or args.constant_rate):
             raise ConfigError("a trace brings its own arrival times: drop --rate-shape/--constant-rate")

@@ -161,15 +161,18 @@ def set_up(plan: RunPlan, interrupts: Any, stack: ExitStack, extra: int = 0) -> 
 def probe(plan: RunPlan, user: Any, run: Any) -> None:
     """The initial test request (unless ``--no-initial-test``) and the warm-ups (``--num-warmups``) with the
     run's first sample."""
+    from llmload.core.session import single_request
+
     args = plan.args
+    first = single_request(run.workload.samples[0])
     if args.no_initial_test:
         log("Skipping the initial test request (--no-initial-test)")
     else:
-        initial_test(user, run.workload.samples[0], run.target.base_url, args)
+        initial_test(user, first, run.target.base_url, args)
     if getattr(args, "num_warmups", 0):
         from llmload.core.probes import warm_up
 
         log(f"Warming up with {args.num_warmups} requests...")
-        failed = warm_up(user.send, run.workload.samples[0], args.num_warmups, args.max_concurrency)
+        failed = warm_up(user.send, first, args.num_warmups, args.max_concurrency)
         log("Warmup run completed." + (f" ({failed} of them failed)" if failed else ""))
     user.pool.close()

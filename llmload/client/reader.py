@@ -222,6 +222,7 @@ class StreamReader:
         record.chunk_tokens.append(completion_tokens or 1)
         record.generated_text = text
         record.server_prompt_tokens = prompt_tokens
+        record.cached_tokens = self.backend.response_cached_tokens(resp.body)
         if completion_tokens is not None:
             record.output_tokens = completion_tokens
             record.output_tokens_source = "usage"

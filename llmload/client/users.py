@@ -85,6 +85,9 @@ class LLMUser(User):
     #: how conversations (samples with turns) replay: a :class:`~llmload.core.conversation.ConversationPolicy`
     #: (``--history``, ``--max-context-tokens``, ``--turn-think-time``...); None: the defaults
     conversation: Any = None
+    #: how agentic sessions (samples with a session: ``--dataset-name weka_trace``) replay: a
+    #: :class:`~llmload.core.session.SessionPolicy` (``--time-scale``, ``--max-idle``, ``--stream-all``)
+    sessions: Any = None
     #: replay whole conversations whatever ``--multi-turn`` says (:class:`ConversationUser`)
     multi_turn: ClassVar[bool] = False
     #: ``locust -f``: the attributes the locustfile set on the class itself (the run's settings leave them)
@@ -158,6 +161,9 @@ class LLMUser(User):
         body = self.dialect.build_body(sample.prompt, sample.expected_output_len, model=record.model or self.model,
                                         ignore_eos=self.ignore_eos, extra=self.extra_body or None,
                                         messages=getattr(sample, "messages", None))
+        if getattr(sample, "stream", None) is False:  # a trace's non-streamed call
+            body["stream"] = False
+            body.pop("stream_options", None)
         streaming = bool(body.get("stream", True))
         reader = StreamReader(record, streaming, self.dialect, ttft_rule=self.ttft_rule, reactor=self.pool.reactor,
                               hooks=llm_events, user=self, network_timeout=self.network_timeout,

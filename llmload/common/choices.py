@@ -22,6 +22,8 @@ TTFT_RULES = ("content", "vllm")
 TRACE_FORMATS = ("azure", "burstgpt", "jsonl", "mooncake")
 #: ``--dataset-name`` values that replay a trace: ``mooncake`` and vLLM's ``timed_trace`` read Mooncake's JSONL
 TRACE_DATASETS = ("trace", "mooncake", "timed_trace")
+#: datasets of agentic sessions: each sample is a session of dependent calls (docs/agentic.md)
+SESSION_DATASETS = ("weka_trace",)
 #: ``--ramp-up-strategy``: vLLM's ramp-up shapes
 RAMP_UP_STRATEGIES = ("linear", "exponential")
 #: ``--records-format``: the per-request records file next to a result JSON
@@ -34,5 +36,5 @@ HISTORY_MODES = ("recorded", "live")
 #: ``--context-policy``: what happens to a turn over ``--max-context-tokens``
 CONTEXT_POLICIES = ("end", "truncate")
 
-__all__ = ["ARRIVALS", "CONTEXT_POLICIES", "HISTORY_MODES", "RAMP_UP_STRATEGIES", "RECORDS_FORMATS", "TRACE_DATASETS", "TRACE_FORMATS",
+__all__ = ["ARRIVALS", "CONTEXT_POLICIES", "HISTORY_MODES", "RAMP_UP_STRATEGIES", "RECORDS_FORMATS", "SESSION_DATASETS", "TRACE_DATASETS", "TRACE_FORMATS",
            "TTFT_RULES"]

@@ -88,7 +88,9 @@ class TurnSender(Protocol):
 
 
 def turn_count(sample: SampleRequest) -> int:
-    """Requests this sample makes: its turns, or one."""
+    """Requests this sample makes: its turns, a session's calls, or one."""
+    if sample.session is not None:
+        return int(sample.session.calls)
     return len(sample.turns) if sample.turns is not None else 1
 
 
@@ -236,10 +238,18 @@ def deliver(
     on_turn: Callable[[RequestRecord], None] | None = None,
     on_response_end: Callable[[], None] | None = None,
 ) -> None:
-    """Send one request, or replay one conversation (a sample with turns); every record ends up in ``sink``.
-    The sender's ``conversation`` attribute (a :class:`ConversationPolicy`) says how conversations replay.
-    ``on_response_end``: called when a single request's response has ended, before it is parsed (a
-    conversation's next turn needs the answer, so a conversation never calls it)."""
+    """Send one request, replay one conversation (a sample with turns) or one agentic session (a sample with a
+    session: :mod:`llmload.core.session`); every record ends up in ``sink``. The sender's ``conversation`` and
+    ``sessions`` attributes (a :class:`ConversationPolicy`, a :class:`~llmload.core.session.SessionPolicy`) say
+    how they replay. ``on_response_end``: called when a single request's response has ended, before it is parsed
+    (a conversation's next turn needs the answer, so a conversation never calls it; a session holds its slot
+    until its last call ends)."""
+    if request.sample.session is not None:
+        from llmload.core.session import SessionPolicy, replay_session
+
+        replay_session(sender, request, record, sink, getattr(sender, "sessions", None) or SessionPolicy(), stop,
+                       on_turn)
+        return
     if request.sample.turns is None:
         try:
             sender.send(request, record.intended_send, record, on_response_end=on_response_end)

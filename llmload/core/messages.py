@@ -5,9 +5,11 @@
 timeline (:func:`shift_record`). docs/design.md, "Distributed protocol", lists every message.
 
 Requests travel the other way as job items, ``[index, offset, prompt, prompt_len, output_len, request_id,
-user_class, conversation]`` (:func:`job_items` / :func:`job_requests`), the same for ``llmload bench`` and
+user_class, conversation, session]`` (:func:`job_items` / :func:`job_requests`), the same for ``llmload bench`` and
 ``locust -f``; ``conversation`` is ``{"turns": [[user, user_len, reply, reply_len]...], "system", "system_len"}``
-for a multi-turn sample, else null. A conversation travels whole: it stays on one worker.
+for a multi-turn sample, else null; ``session`` is an agentic session's
+:meth:`~llmload.datasets.traces.weka_replay.AgentSession.to_dict` (its chains and the text of its blocks), else
+null. A conversation or a session travels whole: it stays on one worker.
 """
 
 from __future__ import annotations
@@ -70,8 +72,9 @@ def item(request: Scheduled) -> list[Any]:
     if s.turns is not None:
         conversation = {"turns": [[t.user, t.user_len, t.reply, t.reply_len] for t in s.turns],
                         "system": s.system, "system_len": s.system_len}
+    session = s.session.to_dict() if s.session is not None else None
     return [request.index, request.offset, s.prompt, s.prompt_len, s.expected_output_len, request.request_id,
-            request.user_class, conversation]
+            request.user_class, conversation, session]
 
 
 def job_requests(items: list[list[Any]]) -> list[Scheduled]:
@@ -83,5 +86,10 @@ def job_requests(items: list[list[Any]]) -> list[Scheduled]:
         if conversation:
             sample.turns = [Turn(*t) for t in conversation["turns"]]
             sample.system, sample.system_len = conversation.get("system", ""), conversation.get("system_len", 0)
+        session = rest[2] if len(rest) > 2 else None
+        if session:
+            from llmload.datasets.traces.weka_replay import AgentSession
+
+            sample.session = AgentSession.from_dict(session)
         out.append(Scheduled(int(idx), float(off), sample, rid, rest[0] if rest else ""))
     return out

@@ -34,6 +34,7 @@ from llmload.core.workload import (
     check_conversation_options,
     check_dataset_flags,
     dataset_options,
+    replays_sessions,
     replays_trace,
     schedule_spec,
 )
@@ -111,7 +112,7 @@ class RunConfig:
 def oversamples(options: Any) -> bool:
     """Fill a short dataset up to ``--num-prompts`` (today's vLLM's default): not with ``--no-oversample``, a
     trace (its window is the workload) or whole conversations (sampled by their own rules)."""
-    return not (getattr(options, "no_oversample", False) or replays_trace(options)
+    return not (getattr(options, "no_oversample", False) or replays_trace(options) or replays_sessions(options)
                 or getattr(options, "multi_turn", False))
 
 
@@ -186,7 +187,12 @@ class Workload:
 
     def result_keys(self) -> dict[str, int]:
         """A KV-cache trace's own reuse for the result JSON (the prompt tokens in blocks an earlier request of the
-        workload began with, from its ``hash_ids``; docs/arrivals.md, "Mooncake traces"); empty for others."""
+        workload began with, from its ``hash_ids``; docs/arrivals.md, "Mooncake traces"; for agentic sessions,
+        each session's calls in turn order: docs/agentic.md); empty for others."""
+        sessions = [s.session for s in self.samples if getattr(s, "session", None) is not None]
+        if sessions:  # agentic sessions: each trace's own reuse, over all of its calls
+            return {"trace_prefix_reuse_tokens": sum(a.ideal_reuse_tokens for a in sessions),
+                    "trace_prompt_tokens": sum(p.prompt_len for a in sessions for p in a.prompts.values())}
         reusable = [s.trace_cached_tokens for s in self.samples if getattr(s, "trace_cached_tokens", None) is not None]
         if not reusable:
             return {}

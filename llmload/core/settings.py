@@ -14,8 +14,9 @@ from typing import Any
 from llmload.core.cancel import CancelAfter, CancelPlan, cancel_plan_from
 from llmload.core.conversation import ConversationPolicy
 from llmload.core.models import ModelMix, model_mix_from
+from llmload.core.session import SessionPolicy
 from llmload.core.shaping import shaping_from
-from llmload.core.workload import forces_output_len
+from llmload.core.workload import forces_output_len, session_policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,8 @@ class UserSettings:
     request_id_prefix: str = ""
     #: ``--insecure`` turns it off: no certificate or host-name check on https
     verify_tls: bool = True
+    #: how agentic sessions replay (``--time-scale``, ``--max-idle``, ``--stream-all``; None: the defaults)
+    sessions: SessionPolicy | None = None
 
     @classmethod
     def from_options(cls, opts: Any, *, model: str, api_key: str | None,
@@ -65,6 +68,7 @@ class UserSettings:
             request_timeout=opts.request_timeout or None,
             session_header=opts.session_header,
             conversation=conversation,
+            sessions=session_policy(opts),
             cancel=cancel_plan_from(opts),
             models=model_mix_from(opts),
             extra_body=shaping.body,
@@ -81,6 +85,7 @@ class UserSettings:
         """As plain data, for a worker's job (the API key included: the worker sends with it)."""
         out = self.attributes()
         out["conversation"] = asdict(self.conversation) if self.conversation is not None else None
+        out["sessions"] = asdict(self.sessions) if self.sessions is not None else None
         out["cancel"] = asdict(self.cancel) if self.cancel is not None else None
         out["models"] = asdict(self.models) if self.models is not None else None
         return out
@@ -96,5 +101,6 @@ class UserSettings:
         models = data.get("models")
         mix = ModelMix(tuple(models["names"]), models["selection"], tuple(models["weights"]), models["seed"]) \
             if models else None
+        sessions = data.get("sessions")
         return cls(**{**data, "conversation": ConversationPolicy(**conversation) if conversation else None,
-                      "cancel": plan, "models": mix})
+                      "sessions": SessionPolicy(**sessions) if sessions else None, "cancel": plan, "models": mix})

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmload.common.choices import TRACE_DATASETS
+from llmload.common.choices import SESSION_DATASETS, TRACE_DATASETS
 from llmload.common.errors import ConfigError
 from llmload.core.conversation import ConversationPolicy
 from llmload.core.schedule import ScheduleSpec
+from llmload.core.session import SessionPolicy
 from llmload.datasets.traces.formats import MooncakeKeys
 from llmload.options import option, option_value
 
@@ -60,6 +61,8 @@ def dataset_options(options: Any) -> dict[str, Any]:
         return {"subset": _opt(options, "hf_subset"), "split": _opt(options, "hf_split"),
                 "name": _opt(options, "hf_name"), "output_len": fixed or _opt(options, "hf_output_len"),
                 "shuffle": _shuffles(options)}
+    if name in SESSION_DATASETS:
+        return {"prompt_path": _opt(options, "trace_prompts")}
     if name in TRACE_DATASETS:
         return {"trace_format": _opt(options, "trace_format"), "time_scale": _opt(options, "time_scale"),
                 "trace_start": _opt(options, "trace_start"), "trace_duration": _opt(options, "trace_duration"),
@@ -106,7 +109,7 @@ def forces_output_len(options: Any) -> bool:
     dataset over ``--backend vllm``, as today's ``vllm bench serve`` (not with ``--vllm-compat 0.7``)."""
     random_dataset = (_opt(options, "dataset_name") == "random" and _opt(options, "backend") in _RANDOM_IGNORES_EOS
                       and getattr(options, "vllm_compat", None) != "0.7")
-    return bool(_opt(options, "ignore_eos")) or replays_trace(options) or random_dataset
+    return bool(_opt(options, "ignore_eos")) or replays_trace(options) or replays_sessions(options) or random_dataset
 
 
 def conversation_policy(options: Any) -> ConversationPolicy:
@@ -159,6 +162,18 @@ def check_conversation_options(options: Any) -> ConversationPolicy | None:
     if _opt(options, "keep_reasoning") and _opt(options, "history") != "live":
         raise ConfigError("--keep-reasoning puts the server's reasoning into the history: it needs --history live")
     return conversation_policy(options)
+
+
+def session_policy(options: Any) -> SessionPolicy:
+    """How agentic sessions replay (``--time-scale``, ``--max-idle``, ``--stream-all``); a bad value is a
+    ConfigError."""
+    return SessionPolicy(time_scale=float(_opt(options, "time_scale")), max_idle=float(_opt(options, "max_idle")),
+                         stream_all=bool(_opt(options, "stream_all")))
+
+
+def replays_sessions(options: Any) -> bool:
+    """``--dataset-name weka_trace``: agentic sessions, each a sample that makes many calls."""
+    return _opt(options, "dataset_name") in SESSION_DATASETS
 
 
 def mooncake_keys(options: Any) -> MooncakeKeys:

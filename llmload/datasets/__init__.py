@@ -6,8 +6,9 @@
 whole conversations, :mod:`llmload.datasets.conversations`), ``random`` (vLLM's RandomDataset),
 ``prefix_repetition`` (vLLM's PrefixRepetitionRandomDataset), ``custom`` (JSONL), vLLM's ``sonnet``,
 ``burstgpt`` and ``spec_bench``, and ``trace`` (replay of
-an Azure / BurstGPT / JSONL trace; each sample carries its send offset in ``arrival_s``). Malformed input
-raises ``DatasetError``.
+an Azure / BurstGPT / JSONL trace; each sample carries its send offset in ``arrival_s``), and ``weka_trace``
+(agentic sessions from WEKA / Claude Code traces, one sample a session:
+:mod:`llmload.datasets.traces.weka_replay`). Malformed input raises ``DatasetError``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from llmload.common.choices import TRACE_DATASETS
+from llmload.common.choices import SESSION_DATASETS, TRACE_DATASETS
 from llmload.common.errors import ConfigError, DatasetError
 from llmload.datasets.base import SampleRequest, Tokenizer, token_len
 from llmload.datasets.burstgpt import sample_burstgpt
@@ -31,7 +32,7 @@ from llmload.datasets.traces import TRACE_FORMATS, sample_trace
 from llmload.datasets.traces.blocks import default_mooncake_path
 
 DATASET_NAMES = ("sharegpt", "random", "prefix_repetition", "custom", "sonnet", "burstgpt", "spec_bench", "hf",
-                 *TRACE_DATASETS)
+                 *TRACE_DATASETS, *SESSION_DATASETS)
 
 __all__ = [
     "DATASET_NAMES",
@@ -82,6 +83,7 @@ def load_samples(
         "hf": {"subset", "split", "name", "output_len", "shuffle"},
         "trace": {"trace_format", "time_scale", "trace_start", "trace_duration", "prompt_path", "block_size",
                   "mooncake"},
+        "weka_trace": {"prompt_path"},
     }
     if dataset_name in TRACE_DATASETS and dataset_name != "trace":
         # Mooncake's JSONL (vLLM's timed_trace reads the same files): --dataset-name trace --trace-format mooncake
@@ -101,6 +103,8 @@ def load_samples(
         return sample_random(tokenizer, num_prompts, seed, **options)
     if dataset_name == "prefix_repetition":
         return sample_prefix_repetition(tokenizer, num_prompts, seed, **options)
+    if dataset_name in SESSION_DATASETS:
+        return _sessions(dataset_path, tokenizer, num_prompts, seed, options)
     if dataset_name == "trace":
         if dataset_path is None:
             raise DatasetError(
@@ -108,6 +112,17 @@ def load_samples(
             )
         return sample_trace(dataset_path, tokenizer, num_prompts, seed, **options)
     return _from_file(dataset_name, dataset_path, tokenizer, num_prompts, seed, options)
+
+
+def _sessions(dataset_path: str | Path | None, tokenizer: Tokenizer, num_prompts: int | None, seed: int,
+              options: dict[str, Any]) -> list[SampleRequest]:
+    """``weka_trace``: one sample per agentic session."""
+    if dataset_path is None:
+        raise DatasetError("--dataset-name weka_trace needs --dataset-path: a folder of WEKA / Claude Code .json "
+                           "traces or a .jsonl file of them")
+    from llmload.datasets.traces.weka_replay import sample_weka
+
+    return sample_weka(dataset_path, tokenizer, num_prompts, seed, **options)
 
 
 #: what ``--dataset-path`` must name for the datasets that have no default file

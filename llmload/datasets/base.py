@@ -51,10 +51,15 @@ class SampleRequest:
     system_len: int = 0
     """Tokens of ``system``."""
     messages: list[dict[str, Any]] | None = None
+    """Chat messages to send instead of ``prompt`` (one turn of a replayed conversation, with its history)."""
     #: Mooncake trace: the prompt tokens an unbounded prefix cache holds from the window's earlier requests,
     #: from the trace's ``hash_ids`` alone (None: not a KV-cache trace)
     trace_cached_tokens: int | None = None
-    """Chat messages to send instead of ``prompt`` (one turn of a replayed conversation, with its history)."""
+    #: agentic session replay (``--dataset-name weka_trace``): the session, an
+    #: :class:`~llmload.datasets.traces.weka_replay.AgentSession` (None: not a session)
+    session: Any = None
+    #: False: send this request without streaming (a trace's ``n`` call); None: the dialect's default
+    stream: bool | None = None
 
 
 class Tokenizer(Protocol):

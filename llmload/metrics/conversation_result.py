@@ -154,10 +154,13 @@ class ConversationMetrics:
     turns: tuple[TurnStats, ...] = field(default_factory=tuple)
     reasoning: ReasoningStats | None = None
     prefix_cache: PrefixCacheStats | None = None
+    #: per-session numbers (:class:`llmload.metrics.sessions.SessionStats`), for conversations and agentic
+    #: sessions alike
+    sessions: Any = None
 
     def result_keys(self) -> dict[str, Any]:
         """llmload's keys for the result JSON: ``conversations`` and ``turns`` (multi-turn runs),
-        ``reasoning``, ``prefix_cache``; a part without data is left out."""
+        ``reasoning``, ``prefix_cache``, ``sessions``; a part without data is left out."""
         out: dict[str, Any] = {}
         if self.conversations is not None:
             out["conversations"] = self.conversations.result_dict()
@@ -166,4 +169,6 @@ class ConversationMetrics:
             out["reasoning"] = self.reasoning.result_dict()
         if self.prefix_cache is not None:
             out["prefix_cache"] = self.prefix_cache.result_dict()
+        if self.sessions is not None:
+            out["sessions"] = self.sessions.result_dict()
         return out

@@ -57,6 +57,7 @@ from llmload.metrics.definitions import (
 )
 from llmload.metrics.percentiles import linear_percentiles
 from llmload.metrics.result import Distribution
+from llmload.metrics.sessions import SessionTally
 
 if TYPE_CHECKING:
     from llmload.metrics.request import MeasuredRequest
@@ -136,9 +137,13 @@ class ConversationTally:
         self.reasoning_tokens = 0
         self._ttfat = Column()
         self._answer_delay = Column()
+        #: per-session numbers, conversations and agentic sessions alike (:mod:`llmload.metrics.sessions`)
+        self.sessions = SessionTally()
 
     def add(self, r: MeasuredRequest, completed: bool) -> None:
-        if r.turn > 0:
+        if r.conversation_id:
+            self.sessions.add(r, completed)
+        if r.turn > 0 and not r.agent_type:  # a session's calls are not a conversation's turns
             self._add_turn(r, completed)
         if not completed:
             return
@@ -191,7 +196,7 @@ class ConversationTally:
     @property
     def active(self) -> bool:
         """The run has something this tally reports: turns, reasoning or cached-token reports."""
-        return self.multi_turn or self.reasoning_requests > 0 or self.cache.requests > 0
+        return self.multi_turn or bool(self.sessions) or self.reasoning_requests > 0 or self.cache.requests > 0
 
     # -- final numbers --------------------------------------------------------------------------------------
 
@@ -209,7 +214,7 @@ class ConversationTally:
         return ConversationMetrics(
             conversations=self._conversation_stats() if self.multi_turn else None,
             turns=tuple(self._turn_stats(i, row) for i, row in sorted(self._turns.items())),
-            reasoning=reasoning, prefix_cache=cache,
+            reasoning=reasoning, prefix_cache=cache, sessions=self.sessions.result(),
         )
 
     def _turn_stats(self, index: int, row: _Turn) -> TurnStats:

@@ -40,5 +40,11 @@ class MeasuredRequest(Protocol):
     user_class: str
     cancelled: bool
     model: str
+    #: agentic sessions: the agent that made the call and its kind ('' outside a session)
+    agent: str
+    agent_type: str
+
+    @property
+    def end(self) -> float | None: ...
     #: ``--response-format``: the answer's verdict (None: not checked)
     structured_output_valid: bool | None

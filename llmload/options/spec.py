@@ -28,6 +28,7 @@ GROUPS: tuple[tuple[str, str], ...] = (
     ("request", "request shaping (sampling, extra body and headers, as vllm bench serve; docs/vllm-compat.md)"),
     ("trace", "trace replay (--dataset-name trace, mooncake or timed_trace; see docs/arrivals.md)"),
     ("conversations", "conversations (--multi-turn; see docs/conversations.md)"),
+    ("sessions", "agentic sessions (--dataset-name weka_trace; see docs/agentic.md)"),
     ("arrivals", "arrivals"),
     ("metrics", "metrics"),
     ("timeouts", "timeouts and stopping"),

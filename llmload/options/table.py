@@ -115,7 +115,8 @@ _WORKLOAD = (
 _TRACE = (
     Option(("--trace-format",), "trace_format", BOTH, "trace", "(default: detected from the file's header)",
            choices=TRACE_FORMATS),
-    Option(("--time-scale",), "time_scale", BOTH, "trace", "replay speed; 2 = twice as fast",
+    Option(("--time-scale",), "time_scale", BOTH, "trace",
+           "replay speed; 2 = twice as fast (traces: arrivals; weka_trace: every recorded pause)",
            type=argtypes.positive, default=1.0),
     Option(("--trace-start",), "trace_start", BOTH, "trace", "window start, seconds into the trace",
            type=argtypes.seconds, default=0.0),
@@ -138,6 +139,16 @@ _TRACE = (
            "Mooncake traces: the key of the output length (default: output_length)", metavar="KEY"),
     Option(("--timed-trace-label-hash-ids",), "timed_trace_label_hash_ids", BOTH, "trace",
            "Mooncake traces: the key of the prefix block ids (default: hash_ids)", metavar="KEY"),
+)
+
+_SESSIONS = (
+    Option(("--max-idle",), "max_idle", BOTH, "sessions",
+           "agentic sessions: cap on each pause (think time, tool time, the wait for a sub-agent's spawn), in "
+           "seconds after --time-scale (default: %(default)s)", type=argtypes.seconds, default=60.0,
+           metavar="SECONDS"),
+    Option(("--stream-all",), "stream_all", BOTH, "sessions",
+           "agentic sessions: stream every call (default: the trace's n calls go out non-streamed, its s calls "
+           "streamed)", action="store_true", default=False),
 )
 
 _CONVERSATIONS = (
@@ -361,7 +372,7 @@ _WEB_UI = (
 )
 
 #: every llmload option, in ``llmload bench --help`` order within each group
-OPTIONS: tuple[Option, ...] = (*_TARGET, *_WORKLOAD, *VLLM_DATASET_OPTIONS, *REQUEST_OPTIONS, *_TRACE, *_CONVERSATIONS, *_ARRIVALS, *_METRICS, *_TIMEOUTS, *RUN_OPTIONS,
+OPTIONS: tuple[Option, ...] = (*_TARGET, *_WORKLOAD, *VLLM_DATASET_OPTIONS, *REQUEST_OPTIONS, *_TRACE, *_SESSIONS, *_CONVERSATIONS, *_ARRIVALS, *_METRICS, *_TIMEOUTS, *RUN_OPTIONS,
                                *_DISTRIBUTED, *_SERVER, *_OUTPUT, *_GATES, *_LOCUST_ONLY, *_WEB_UI)
 
 

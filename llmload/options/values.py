@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from llmload.common.choices import TRACE_DATASETS
+from llmload.common.choices import SESSION_DATASETS, TRACE_DATASETS
 from llmload.common.errors import ConfigError
 from llmload.options.spec import Scope
 from llmload.options.table import DEFAULT_PROMPTS, SIM_DEFAULT_PROMPTS, option, options_for
@@ -83,8 +83,8 @@ def _key_from_file(path: str) -> str:
 def prompt_count(opts: Any, *, simulator: bool) -> int | None:
     """``--num-prompts``' meaning: as given; without it 1000, or 200 against the built-in simulator (``llmload
     sim``, started by bench or found through :func:`llmload.core.target.describe_server`). A trace without it
-    replays its whole window: None."""
-    if opts.dataset_name in TRACE_DATASETS:
+    replays its whole window, a folder of sessions every session: None."""
+    if opts.dataset_name in TRACE_DATASETS or opts.dataset_name in SESSION_DATASETS:
         return opts.num_prompts
     return opts.num_prompts or (SIM_DEFAULT_PROMPTS if simulator else DEFAULT_PROMPTS)
 

@@ -12,6 +12,7 @@ from llmload.report.loader import load_runs
 from llmload.report.parts import model_tables_html, model_tables_markdown
 from llmload.report.server_findings import server_findings
 from llmload.report.server_tables import server_html, server_markdown, server_table, with_server_rows
+from llmload.report.sessions import session_tables_html, session_tables_markdown
 from llmload.report.stats import RunStats
 from llmload.report.tables import Table, build_table, to_csv, to_html, to_markdown, to_terminal
 from llmload.report.turns import turn_tables_html, turn_tables_markdown
@@ -88,7 +89,8 @@ def build(paths: list[str], out_dir: str | Path, *, name: str, title: str | None
     md = [f"# {title}", ""]
     if any(s.run.simulated for s in stats):
         md += ["**SIMULATED**: runs against llmload's simulated engine, not a real inference server.", ""]
-    md += [to_markdown(table), *turn_tables_markdown(stats), *model_tables_markdown(stats),
+    md += [to_markdown(table), *turn_tables_markdown(stats), *session_tables_markdown(stats),
+           *model_tables_markdown(stats),
            *server_markdown(stats, server), "## Findings", ""]
     md += [f"- {f.text()}" for f in findings] or ["- none"]
     if notes:
@@ -96,7 +98,8 @@ def build(paths: list[str], out_dir: str | Path, *, name: str, title: str | None
     md += ["", "## Figures", ""] + [f"![{f.title}]({f.path.name})" for f in figures]
     files = [out / f"{name}.html", out / f"{name}.md", out / f"{name}.csv"]
     files[0].write_text(render_html(title, stats, to_html(table), findings, figures, notes, base,
-                                    turns_html=turn_tables_html(stats) + model_tables_html(stats),
+                                    turns_html=turn_tables_html(stats) + session_tables_html(stats)
+                                    + model_tables_html(stats),
                                     server_html=server_html(stats, server)),
                         encoding="utf-8")
     files[1].write_text("\n".join(md) + "\n", encoding="utf-8")

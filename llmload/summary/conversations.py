@@ -8,6 +8,10 @@ printed after llmload's own block; a run without that data gets none of them, so
     ...                                                   cached fraction of the prompt (%, "-": not reported)
     ================== Prefix cache ==================   cached tokens / server prompt tokens
     =================== Reasoning ====================   reasoning tokens, TTFAT, TTFAT - TTFT
+    ==================== Sessions ====================   sessions (conversations, agentic sessions): calls,
+    ...                                                   duration, server and idle time, cache hit rate
+    -------------------By chain type------------------   agentic sessions: a row per chain type (main, each
+    chain        calls  TTFT p50  TTFT p99  cached        sub-agent type): TTFT median and p99 (ms), cached %
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from llmload.metrics.conversation_result import (
     ReasoningStats,
     TurnStats,
 )
+from llmload.metrics.sessions import SessionStats
 from llmload.summary.lines import WIDTH, float_line, heading, int_line
 
 #: the per-turn table's columns: (header, width); the widths add up to the block's 50 characters
@@ -91,9 +96,40 @@ def _reasoning_lines(r: ReasoningStats) -> list[str]:
     ]
 
 
+#: the per-chain table's columns: (header, width); 50 characters
+_CHAIN_COLUMNS = (("chain", 13), ("calls", 7), ("TTFT p50", 10), ("TTFT p99", 10), ("cached", 10))
+
+
+def _session_lines(s: SessionStats) -> list[str]:
+    lines = [
+        heading(" Sessions "),
+        int_line("Sessions:", s.sessions),
+        int_line("Completed sessions:", s.completed),
+        int_line("Calls:", s.calls),
+        int_line("Calls completed:", s.calls_completed),
+        float_line("Mean calls per session:", s.calls_per_session.mean),
+        float_line("Mean session duration (s):", s.duration_s.mean),
+        float_line("P99 session duration (s):", s.duration_s.p99),
+        float_line("Mean time waiting for the server (s):", s.server_time_s.mean),
+        float_line("Mean tool/think time (s):", s.idle_time_s.mean),
+    ]
+    if s.cached_fraction is not None and s.hit_rate is not None:
+        lines += [float_line("Cached share of prompt tokens (%):", s.cached_fraction * 100.0),
+                  float_line("Median session hit rate (%):", s.hit_rate.median * 100.0)]
+    if s.chains:
+        lines += [heading("By chain type", "-"), "".join(f"{h:>{w}}" for h, w in _CHAIN_COLUMNS)]
+        for c in s.chains:
+            cached = None if c.cached_fraction is None else c.cached_fraction * 100.0
+            cells = (c.agent_type[:12], str(c.calls), _cell(c.ttft.median_ms if c.ttft.count else None, ".2f"),
+                     _cell(dict(c.ttft.percentiles_ms).get(99.0) if c.ttft.count else None, ".2f"),
+                     _cell(cached, ".1f"))
+            lines.append("".join(f"{x:>{w}}" for x, (_, w) in zip(cells, _CHAIN_COLUMNS, strict=True)))
+    return [*lines, "=" * WIDTH]
+
+
 def format_conversation_blocks(metrics: BenchmarkMetrics) -> str:
-    """The Conversations (with the per-turn table), Prefix cache and Reasoning blocks, each only when the run
-    has its data; empty for a run with none."""
+    """The Conversations (with the per-turn table), Prefix cache, Reasoning and Sessions blocks, each only when
+    the run has its data; empty for a run with none."""
     extra: ConversationMetrics | None = metrics.conversations
     if extra is None:
         return ""
@@ -105,4 +141,6 @@ def format_conversation_blocks(metrics: BenchmarkMetrics) -> str:
         lines += _cache_lines(extra.prefix_cache)
     if extra.reasoning is not None:
         lines += _reasoning_lines(extra.reasoning)
+    if extra.sessions is not None:
+        lines += _session_lines(extra.sessions)
     return "\n".join(lines)

@@ -156,6 +156,9 @@ class LiveStats:
         turns = acc.conversations.live_rows()
         if turns is not None:
             out["turns"] = turns
+        sessions = acc.conversations.sessions.live_rows()
+        if sessions is not None:
+            out["sessions"] = sessions
         if len(self.classes) > 1:
             out["by_class"] = {c: numbers(c, None) for c in self.classes}
         if len(self.models) > 1:

@@ -9,6 +9,7 @@ process on 127.0.0.1, ended by its PID (``child_runner``).
 
 from __future__ import annotations
 
+import json
 import selectors
 import socket
 import threading
@@ -156,6 +157,14 @@ USAGE_ERRORS = {
     "max-turns-zero": (("--multi-turn", "--max-turns", "0"), "--max-turns"),
     "prefix-repetition-too-few": (("--dataset-name", "prefix_repetition", "--prefix-repetition-num-prefixes",
                                    "50"), "prefix"),
+    # agentic traces: one line naming the file, the trace and the field
+    "weka-not-a-trace": (("--dataset-name", "weka_trace", "--dataset-path", "{tmp}/weka/other"),
+                         "other/t1.json: not a WEKA trace"),
+    "weka-call-without-in": (("--dataset-name", "weka_trace", "--dataset-path", "{tmp}/weka/no_in"),
+                             "no_in/t1.json: trace t1: requests[1]: no 'in'"),
+    "weka-unknown-type": (("--dataset-name", "weka_trace", "--dataset-path", "{tmp}/weka/bad_type"),
+                          "bad_type/t1.json: trace t1: requests[0]: type must be one of n, s or subagent, got 'x'"),
+    "weka-without-path": (("--dataset-name", "weka_trace"), "--dataset-path"),
 }
 
 
@@ -172,6 +181,7 @@ def test_usage_error_exits_2_before_any_request(case: str, counting_server: Coun
     (tmp_path / "afile").write_text("a file, not a directory\n")
     (tmp_path / "bad.json").write_text('[{"conversations": [{"from": "human", "value": "hi"},\n')
     (tmp_path / "bad.jsonl").write_text('{"prompt": "hello"}\n{"prompt": \n')
+    _write_bad_weka_traces(tmp_path / "weka")
     flags, mentions = USAGE_ERRORS[case]
     flags = tuple(f.replace("{tmp}", str(tmp_path)) for f in flags)
     argv = ["bench", "--base-url", counting_server.url, "--model", "m", *SMALL, *flags]
@@ -185,6 +195,16 @@ def test_usage_error_exits_2_before_any_request(case: str, counting_server: Coun
     assert counting_server.count() == 0, f"a request reached the server\n{run.describe()}"
     if case == "result-dir-under-a-file":
         assert (tmp_path / "afile").is_file()
+
+
+def _write_bad_weka_traces(folder: Path) -> None:
+    call = {"t": 0.0, "type": "s", "in": 100, "out": 5, "hash_ids": [1]}
+    traces = {"other": {"rows": [1, 2]},
+              "no_in": {"id": "t1", "requests": [call, {k: v for k, v in call.items() if k != "in"}]},
+              "bad_type": {"id": "t1", "requests": [{**call, "type": "x"}]}}
+    for name, trace in traces.items():
+        (folder / name).mkdir(parents=True)
+        (folder / name / "t1.json").write_text(json.dumps(trace))
 
 
 def test_an_unknown_reader_exits_2_before_any_request(counting_server: CountingServer, child_runner,

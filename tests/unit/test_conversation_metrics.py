@@ -141,7 +141,7 @@ def test_result_json_keys(extra, tmp_path: Path) -> None:
     m = compute_metrics(RECORDS, 3.0)
     result = m.to_result_dict()
     keys = list(result)
-    assert keys[-4:] == ["conversations", "turns", "reasoning", "prefix_cache"]
+    assert keys[-5:] == ["conversations", "turns", "reasoning", "prefix_cache", "sessions"]
     assert keys.index("conversations") > keys.index("late_send_threshold_ms")
     assert result["conversations"]["ended_by"]["failed"] == 1
     first = result["turns"][0]

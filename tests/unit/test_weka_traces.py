@@ -151,3 +151,54 @@ def test_the_seeded_generator_writes_traces_of_the_format(tmp_path: Path) -> Non
                 assert later[0].t > end, (s.id, sub.agent_id)
         total = sum(c.input_tokens for chain in s.chains for c in chain.calls)
         assert 0 < s.ideal_reuse_tokens() < total
+
+
+def test_which_subagents_a_main_call_waits_for_and_its_pauses(tmp_path: Path) -> None:
+    """A main call waits for a sub-agent only when it was recorded after the sub-agent's last answer ended (and
+    the sub-agent is not detached); its pause is then the gap after that end, else its think_time."""
+    sub = {"t": 1.5, "type": "subagent", "agent_id": "a1", "status": "completed",
+           "requests": [call(0.0, [1, 7], api_time=1.0), call(2.0, [1, 7, 8], api_time=1.0, think_time=1.0)]}
+    detached = {"t": 2.5, "type": "subagent", "agent_id": "a2", "status": "async_launched",
+                "requests": [call(0.0, [1, 9], api_time=0.5)]}
+    (s,) = read_sessions(write(tmp_path, trace(requests=[
+        call(0.0, [1, 2], api_time=1.0), sub, call(2.0, [1, 2, 3], api_time=0.4, think_time=1.0), detached,
+        call(6.0, [1, 2, 3, 4], api_time=1.0, think_time=3.6)])))
+    _, beside, after = s.main.calls
+    assert s.waits_for(beside) == []  # recorded at 2.0 while a1 ran (1.5 to 4.5)
+    assert [c.agent_id for c in s.waits_for(after)] == ["a1"]  # a2 is detached
+    assert s.pause_before(s.main, 0) == 0.0 and s.pause_before(s.main, 1) == 1.0
+    assert s.pause_before(s.main, 2) == pytest.approx(6.0 - 4.5)  # after a1's end, not after the last answer
+    a1, a2 = s.subagents
+    assert s.spawn_pause(a1) == pytest.approx(0.5) and s.spawn_pause(a2) == pytest.approx(0.1)
+    assert s.pause_before(a1, 0) == 0.0 and s.pause_before(a1, 1) == 1.0
+
+
+def test_sessions_with_their_prompts_travel_whole_and_read_back_equal(tmp_path: Path) -> None:
+    from llmload.datasets.traces.weka_replay import AgentSession, sample_weka
+    from llmload.tokenizer import load_counting_tokenizer
+
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    for t in synthetic_traces(2, sessions=2, calls=4, subagents=1):
+        (folder / f"{t['id']}.json").write_text(json.dumps(t))
+    tok = load_counting_tokenizer("builtin")
+    samples = sample_weka(folder, tok, None, seed=3)
+    for sample in samples:
+        agent = sample.session
+        back = AgentSession.from_dict(json.loads(json.dumps(agent.to_dict())))
+        assert back.session == agent.session
+        for chain in agent.session.chains:
+            for c in chain.calls:
+                assert back.prompt(c) == agent.prompt(c)
+                assert len(tok(agent.prompt(c)).input_ids) == agent.prompt_len(c) == c.input_tokens
+    # equal hash ids are byte-identical blocks; a later call starts with its predecessor's blocks
+    a = samples[0].session
+    c0, c1 = a.session.main.calls[:2]
+    shared = len(a.prompts[c0.turn].blocks)
+    assert a.prompts[c1.turn].blocks[:shared] == a.prompts[c0.turn].blocks
+    assert a.prompt(c1).startswith("".join(a.blocks[h] for h in a.prompts[c0.turn].blocks))
+    # the same seed gives the same prompts; local ids of two traces are different blocks
+    again = sample_weka(folder, tok, None, seed=3)
+    assert again[0].session.prompt(c1) == a.prompt(c1)
+    b = samples[1].session
+    assert a.blocks[a.session.main.calls[0].hash_ids[0]] != b.blocks[b.session.main.calls[0].hash_ids[0]]

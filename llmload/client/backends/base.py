@@ -180,6 +180,10 @@ class Backend:
     def _event(self, data: dict, state: Any) -> StreamEvent:
         raise NotImplementedError
 
+    def response_cached_tokens(self, body: bytes) -> int | None:
+        """The prefix-cache hits a non-streaming response reports (None: not reported, or not in this dialect)."""
+        return None
+
     def parse_response(self, body: bytes) -> tuple[str, int | None, int | None]:
         """``(text, completion_tokens, prompt_tokens)`` of a non-streaming response.
 

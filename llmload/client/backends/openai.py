@@ -96,6 +96,13 @@ class OpenAICompletions(Backend):
             raise EndpointError(f"{self.name}: response has no choices[0] text") from None
         return (text, *_usage(data))
 
+    def response_cached_tokens(self, body: bytes) -> int | None:
+        try:
+            data = decode_response(body)
+        except EndpointError:
+            return None
+        return cached_tokens(data) if isinstance(data, dict) else None
+
 
 class VLLMCompletions(OpenAICompletions):
     """vLLM's ``/v1/completions``: the same wire as OpenAI's, named for vLLM-style runs."""

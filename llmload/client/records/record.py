@@ -221,6 +221,10 @@ class RequestRecord:
     cancelled: bool = False
     #: the model (or LoRA adapter) the request named (``--model a,b``, ``--lora-modules``)
     model: str = ""
+    #: agentic session replay (docs/agentic.md): the agent that made the call ('' for the main chain, else its
+    #: agent id) and its kind ("main", or the sub-agent's type); '' for requests outside a session
+    agent: str = ""
+    agent_type: str = ""
     #: set when the records journal holds the generated text instead of ``generated_text`` (not a column of the
     #: records file: :meth:`to_dict` writes the text itself)
     held_text: HeldText | None = field(default=None, repr=False, compare=False)
@@ -270,6 +274,7 @@ class RequestRecord:
         out = {f.name: getattr(self, f.name) for f in _FIELDS}
         out["chunk_times"] = list(self.chunk_times)
         out["chunk_tokens"] = list(self.chunk_tokens)
+        out["end"] = self.end  # derived (the last counted event), written for readers of the records file
         if self.held_text is not None:
             out["generated_text"] = self.held_text.read()
         return out
@@ -284,4 +289,5 @@ class RequestRecord:
 _FIELDS = tuple(f for f in fields(RequestRecord) if f.name != "held_text")
 _NAMES = frozenset(f.name for f in _FIELDS)
 #: string fields with a few values per run, shared by :meth:`RequestRecord.compact`
-_LABELS = ("backend", "output_tokens_source", "failure_kind", "worker", "user_class", "conversation_end", "model")
+_LABELS = ("backend", "output_tokens_source", "failure_kind", "worker", "user_class", "conversation_end", "model",
+           "agent", "agent_type")

@@ -32,6 +32,18 @@ def default_mooncake_path() -> Path:
     return Path(str(files("llmload").joinpath("data"))) / "mooncake_sample.jsonl"
 
 
+def word_starts(builder: PromptBuilder, width: int) -> np.ndarray:
+    """Pool tokens that begin a word (the character before them is a space) with ``width`` tokens after them:
+    where blocks may start, so that the text of one block never runs into the next."""
+    last = len(builder.ids) - width
+    if builder.ends is None:
+        return np.arange(max(1, last), dtype=np.int64)
+    before = builder.ends[:-1]
+    starts = np.flatnonzero(np.frombuffer(builder.text.encode("utf-32-le"), dtype=np.uint32)[before] == ord(" ")) + 1
+    starts = starts[starts < last]
+    return starts if len(starts) else np.arange(max(1, last), dtype=np.int64)
+
+
 class BlockPrompts:
     """Builds the prompts of Mooncake rows from one :class:`PromptBuilder`'s pool."""
 
@@ -47,22 +59,11 @@ class BlockPrompts:
             return []
         builder = self.builder
         builder.prepare(max(2 * self.block_size, max(r.input_tokens for r in rows)), len(rows))
-        self._word_starts = self._find_word_starts()
+        self._word_starts = word_starts(builder, self.block_size)
         drafts = [self._draft(row) for row in rows]
         measured = builder.measure([text for text, _ in drafts])
         return [builder.fit(text, max(1, row.input_tokens), pos, length)
                 for row, (text, pos), length in zip(rows, drafts, measured, strict=True)]
-
-    def _find_word_starts(self) -> np.ndarray:
-        """Pool tokens that begin a word (the character before them is a space), where blocks may start."""
-        b = self.builder
-        last = len(b.ids) - self.block_size
-        if b.ends is None:
-            return np.arange(max(1, last), dtype=np.int64)
-        before = b.ends[:-1]
-        starts = np.flatnonzero(np.frombuffer(b.text.encode("utf-32-le"), dtype=np.uint32)[before] == ord(" ")) + 1
-        starts = starts[starts < last]
-        return starts if len(starts) else np.arange(max(1, last), dtype=np.int64)
 
     def _draft(self, row: TraceRow) -> tuple[str, int]:
         """The row's blocks and its own tail, and the pool position after the tail (for fitting)."""

@@ -11,7 +11,8 @@ request has ``t`` (seconds from the trace's start), ``type`` (``n`` non-streamin
 Here a trace becomes a :class:`Session`: its main :class:`Chain` and the sub-agents' chains, each call numbered
 in document order, depth first (a sub-agent's calls come where its entry stands), as the records' ``turn`` will
 be. Every problem is one :class:`~llmload.common.errors.DatasetError` naming the file, the trace and the field.
-Replaying sessions (chains, sub-agents beside their parent, think times) is issue 36's next step.
+How a session replays (chains, sub-agents beside their parent, think times) is :mod:`llmload.core.session`; the
+dependencies it follows are worked out here (:meth:`Session.waits_for`, :meth:`Chain.start_pause`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,13 @@ class Call:
     input_types: tuple[str, ...] = ()
     #: the recorded time to the first token, for streamed calls that have it
     ttft: float | None = None
+    #: the recorded seconds from send to the answer's end (0 when the trace lacks it)
+    api_time: float = 0.0
+
+    @property
+    def recorded_end(self) -> float:
+        """When the recorded answer ended, in seconds from the start of its chain."""
+        return self.t + self.api_time
 
 
 @dataclass
@@ -69,6 +77,11 @@ class Chain:
     #: the main chain's turn after which it was spawned (-1: before any; None for the main chain)
     after_turn: int | None = None
 
+    @property
+    def recorded_end(self) -> float:
+        """When its last recorded answer ended, in seconds from the trace's start."""
+        return self.spawn_t + (self.calls[-1].recorded_end if self.calls else 0.0)
+
 
 @dataclass
 class Session:
@@ -79,6 +92,8 @@ class Session:
     main: Chain
     subagents: list[Chain] = field(default_factory=list)
     source: str = ""
+    #: ``local``: hash ids name blocks of this trace only; ``global``: every trace of the file shares them
+    hash_id_scope: str = "local"
 
     @property
     def chains(self) -> list[Chain]:
@@ -87,6 +102,33 @@ class Session:
     @property
     def calls(self) -> int:
         return sum(len(c.calls) for c in self.chains)
+
+    def waits_for(self, call: Call) -> list[Chain]:
+        """The sub-agents a main-chain ``call`` waits for: those spawned before it that are not detached and
+        whose recorded last answer ended before the call went out (a call recorded while a sub-agent still ran
+        went out beside it)."""
+        return [chain for chain in self.subagents
+                if not chain.detached and chain.after_turn is not None and chain.after_turn < call.turn
+                and chain.recorded_end <= call.t + 1e-6]
+
+    def pause_before(self, chain: Chain, index: int) -> float:
+        """The recorded seconds between what call ``index`` of ``chain`` waited for and its send: its
+        ``think_time`` after the previous answer of its chain, or, for a main-chain call that waited for a
+        sub-agent that ended later than that answer, the gap after the sub-agent's end. The first call of a
+        chain: its ``t`` (the main chain's) or 0 (a sub-agent's first call goes at its spawn)."""
+        call = chain.calls[index]
+        if index == 0:
+            return call.t if chain is self.main else 0.0
+        previous_end = chain.calls[index - 1].recorded_end + chain.spawn_t
+        waited = [s.recorded_end for s in self.waits_for(call)] if chain is self.main else []
+        if waited and max(waited) > previous_end:
+            return max(0.0, call.t - max(waited))
+        return call.think_time
+
+    def spawn_pause(self, chain: Chain) -> float:
+        """The recorded seconds between the end of the parent call a sub-agent follows and its spawn."""
+        parent = next((c for c in self.main.calls if c.turn == chain.after_turn), None)
+        return max(0.0, chain.spawn_t - parent.recorded_end) if parent is not None else chain.spawn_t
 
     def ideal_reuse_tokens(self) -> int:
         """Prompt tokens a prefix cache that never evicts could serve when the calls go out in turn order (the
@@ -153,7 +195,8 @@ def _session(data: Any, where: str) -> Session:
     block_size = data.get("block_size", 64)
     if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size <= 0:
         raise DatasetError(f"{where}: trace {trace_id}: block_size must be a positive integer, got {block_size!r}")
-    session = Session(trace_id, block_size, Chain(""), source=where)
+    scope = str(data.get("hash_id_scope") or "local")
+    session = Session(trace_id, block_size, Chain(""), source=where, hash_id_scope=scope)
     turns = itertools.count()
     for i, entry in enumerate(data["requests"]):
         at = f"{where}: trace {trace_id}: requests[{i}]"
@@ -195,6 +238,7 @@ def _call(entry: Any, at: str, turn: int) -> Call:
         raise DatasetError(f"{at}: hash_ids must be a list of integers")
     types = entry.get("input_types") or ()
     ttft = entry.get("ttft")
+    api_time = entry.get("api_time")
     return Call(
         t=_seconds(entry, "t", at),
         turn=turn,
@@ -207,6 +251,8 @@ def _call(entry: Any, at: str, turn: int) -> Call:
         stop=str(entry.get("stop") or ""),
         input_types=tuple(str(x) for x in types) if isinstance(types, list) else (),
         ttft=float(ttft) if isinstance(ttft, (int, float)) and not isinstance(ttft, bool) else None,
+        api_time=float(api_time) if isinstance(api_time, (int, float)) and not isinstance(api_time, bool)
+        and math.isfinite(api_time) and api_time > 0 else 0.0,
     )
 
 

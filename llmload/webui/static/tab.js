@@ -18,6 +18,11 @@
   var TURN_COLS = [["label", "turn"], ["requests", "requests", 0], ["completed", "completed", 0],
                    ["ttft_p50_ms", "TTFT p50 (ms)", 1], ["tpot_p50_ms", "TPOT p50 (ms)", 2],
                    ["cached_fraction", "cached %", 1]];
+  // the sessions table (run.sessions: a row over all sessions, then one per chain type): [key, header, digits]
+  var SESSION_COLS = [["label", "sessions / chain"], ["sessions", "sessions", 0],
+                      ["completed_sessions", "completed sessions", 0], ["calls", "calls", 0],
+                      ["completed", "completed calls", 0], ["ttft_p50_ms", "TTFT p50 (ms)", 1],
+                      ["ttft_p99_ms", "TTFT p99 (ms)", 1], ["cached_fraction", "cached %", 1]];
   // the per-class and per-model table (run.by_class, run.by_model): [key, header, digits]; keys with a dot are
   // a latency's {p50, p99, ...}
   var PART_COLS = [["requests", "requests", 0], ["completed", "completed", 0], ["failed", "failed", 0],
@@ -129,6 +134,13 @@
       el("h3", {text: "By turn (run)"}),
       el("table", {id: "llm-turns-table"}, [el("thead", {}, [turnHead]), el("tbody", {id: "llm-turns-body"})])]));
 
+    // conversations and agentic sessions only: the sessions table (run.sessions), hidden otherwise
+    var sessionHead = el("tr", {}, SESSION_COLS.map(function (c) { return el("th", {text: c[1]}); }));
+    p.appendChild(el("div", {id: "llm-sessions", style: "display:none"}, [
+      el("h3", {text: "Sessions (run)"}),
+      el("table", {id: "llm-sessions-table"}, [el("thead", {}, [sessionHead]),
+                                              el("tbody", {id: "llm-sessions-body"})])]));
+
     // several user classes or models only: one row each (run.by_class, run.by_model), hidden otherwise
     var partHead = el("tr", {}, [el("th", {text: "by"}), el("th", {text: "name"})].concat(
       PART_COLS.map(function (c) { return el("th", {text: c[1]}); })));
@@ -215,6 +227,7 @@
       eb.appendChild(el("tr", {}, [el("td", {text: k}), el("td", {text: String(d.errors[k])})]));
     });
     renderTurns(r.turns);
+    renderSessions(r.sessions);
     renderParts(r);
     renderServer(d.server);
     var rateInput = document.getElementById("llm-rate-input");
@@ -287,6 +300,24 @@
         var v = row[c[0]];
         if (c[0] === "cached_fraction" && v !== null && v !== undefined) v = v * 100;
         var td = el("td", {id: "llm-turn-" + row.turn + "-" + c[0]});
+        tr.appendChild(td);
+        td.textContent = c[0] === "label" ? String(v) : fmt(v, c[2]);
+        td.setAttribute("data-value", v === null || v === undefined ? "" : String(v));
+      });
+      tb.appendChild(tr);
+    });
+  }
+
+  function renderSessions(rows) {
+    var box = document.getElementById("llm-sessions"), tb = document.getElementById("llm-sessions-body");
+    box.style.display = rows && rows.length ? "" : "none";
+    tb.textContent = "";
+    (rows || []).forEach(function (row) {
+      var tr = el("tr", {"data-session-row": String(row.label)});
+      SESSION_COLS.forEach(function (c) {
+        var v = row[c[0]];
+        if (c[0] === "cached_fraction" && v !== null && v !== undefined) v = v * 100;
+        var td = el("td", {id: "llm-session-" + row.label + "-" + c[0]});
         tr.appendChild(td);
         td.textContent = c[0] === "label" ? String(v) : fmt(v, c[2]);
         td.setAttribute("data-value", v === null || v === undefined ? "" : String(v));

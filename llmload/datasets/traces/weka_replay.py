@@ -1,0 +1,222 @@
+"""Agentic sessions ready to replay (``--dataset-name weka_trace``): each WEKA trace with a prompt for every call.
+
+Prompts are built as for a Mooncake trace (:mod:`.blocks`): equal hash ids are byte-identical blocks of
+``block_size`` (64) tokens, so a server's prefix cache sees exactly the reuse the trace records, across
+sub-agents too. Ids are a trace's own when its ``hash_id_scope`` is ``local`` (the same id in two traces is two
+blocks) and shared by every trace of the folder when it is ``global``.
+
+A call of ``n`` tokens is the blocks of its first ``(n - specials) // block_size`` ids, then a tail of its own
+for the rest (the special tokens the tokenizer adds, a BOS, come off the tail). Every block and tail starts at a
+word of the seeded pool, at a place no other block or tail of the workload starts, and each block is checked to
+measure exactly ``block_size`` tokens alone (another place is drawn for one that does not). With a tokenizer
+that splits words at spaces (byte-level BPE, SentencePiece) the whole prompt then measures the sum of its
+parts, and the server's cache blocks line up with the trace's; a tokenizer for which a sample of whole prompts
+does not measure so gets every prompt measured instead, so ``prompt_len`` is always what it counts.
+
+The prompt texts are not held: a call's prompt is joined from the session's block texts when it is sent
+(:meth:`AgentSession.prompt`), so a folder of 100k-token sessions costs the blocks once, not each call's copy.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from llmload.common.errors import DatasetError
+from llmload.datasets.base import SampleRequest, Tokenizer
+from llmload.datasets.traces.blocks import word_starts
+from llmload.datasets.traces.prompts import PromptBuilder
+from llmload.datasets.traces.weka import Call, Chain, Session, read_sessions
+
+#: another place is drawn for a block that does not measure ``block_size`` tokens alone, this many times
+_BLOCK_ATTEMPTS = 8
+#: whole prompts measured to check that a prompt measures the sum of its parts with this tokenizer
+_CHECKED_PROMPTS = 3
+
+
+@dataclass
+class CallPrompt:
+    """What one call sends: its leading blocks (hash ids), its own tail, and the prompt's measured length."""
+
+    blocks: tuple[int, ...]
+    tail: str
+    prompt_len: int
+
+
+@dataclass
+class AgentSession:
+    """One trace with the text of every block its calls send: the unit a session replay schedules."""
+
+    session: Session
+    #: block text by hash id (the session's own ids)
+    blocks: dict[int, str] = field(default_factory=dict)
+    #: by the call's turn
+    prompts: dict[int, CallPrompt] = field(default_factory=dict)
+    #: prompt tokens a prefix cache that never evicts could serve when the calls go out in turn order
+    ideal_reuse_tokens: int = 0
+
+    @property
+    def calls(self) -> int:
+        return self.session.calls
+
+    def prompt(self, call: Call) -> str:
+        """The call's prompt text, joined now."""
+        p = self.prompts[call.turn]
+        return "".join([*(self.blocks[h] for h in p.blocks), p.tail])
+
+    def prompt_len(self, call: Call) -> int:
+        return self.prompts[call.turn].prompt_len
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values: what a job item carries to a worker (a session stays on one worker)."""
+        return {"session": asdict(self.session), "blocks": {str(k): v for k, v in self.blocks.items()},
+                "prompts": {str(k): [list(p.blocks), p.tail, p.prompt_len] for k, p in self.prompts.items()},
+                "ideal_reuse_tokens": self.ideal_reuse_tokens}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AgentSession:
+        raw = data["session"]
+        chains = [_chain(c) for c in [raw["main"], *raw["subagents"]]]
+        session = Session(raw["id"], raw["block_size"], chains[0], chains[1:], raw.get("source", ""),
+                          raw.get("hash_id_scope", "local"))
+        return cls(session, {int(k): v for k, v in data["blocks"].items()},
+                   {int(k): CallPrompt(tuple(b), t, n) for k, (b, t, n) in data["prompts"].items()},
+                   int(data.get("ideal_reuse_tokens", 0)))
+
+
+def _chain(raw: dict[str, Any]) -> Chain:
+    calls = [Call(**{**c, "hash_ids": tuple(c["hash_ids"]), "input_types": tuple(c["input_types"])})
+             for c in raw["calls"]]
+    return Chain(raw["agent_id"], calls, raw["spawn_t"], raw["subagent_type"], raw["detached"], raw["after_turn"])
+
+
+def sample_weka(path: str | Path, tokenizer: Tokenizer, num_prompts: int | None = None, seed: int = 0, *,
+                prompt_path: str | Path | None = None) -> list[SampleRequest]:
+    """One sample per session (the first ``num_prompts`` by file name; all by default), each carrying its
+    :class:`AgentSession`. ``prompt_len`` and ``expected_output_len`` are its first call's."""
+    path = Path(path)
+    if not path.exists():
+        raise DatasetError(f"--dataset-path {path}: no such file or folder (a folder of WEKA .json traces or a "
+                           ".jsonl file of them)")
+    sessions = read_sessions(path)
+    if num_prompts is not None:
+        if num_prompts < 1:
+            raise DatasetError(f"--num-prompts must be at least 1 session, got {num_prompts}")
+        sessions = sessions[:num_prompts]
+    built = SessionPrompts(tokenizer, seed, prompt_path=prompt_path).build(sessions)
+    out = []
+    for agent in built:
+        first = agent.session.main.calls[0] if agent.session.main.calls else agent.session.chains[1].calls[0]
+        out.append(SampleRequest(prompt="", prompt_len=agent.prompt_len(first),
+                                 expected_output_len=max(1, first.output_tokens), request_id=agent.session.id,
+                                 session=agent))
+    return out
+
+
+class SessionPrompts:
+    """Builds the blocks and tails of a workload of sessions from one seeded :class:`PromptBuilder` pool."""
+
+    def __init__(self, tokenizer: Tokenizer, seed: int = 0, *, prompt_path: str | Path | None = None) -> None:
+        self.builder = PromptBuilder(tokenizer, seed, prompt_path=prompt_path)
+        self.seed = seed
+
+    def build(self, sessions: list[Session]) -> list[AgentSession]:
+        """Every session with its block texts and call prompts (see the module docstring)."""
+        b = self.builder
+        keys = sorted({_key(s, h) for s in sessions for c in _calls(s) for h in self._full_ids(s, c)})
+        tails = [(s, c) for s in sessions for c in _calls(s) if self._tail_len(s, c) > 0]
+        widest = max([s.block_size for s in sessions] + [self._tail_len(s, c) for s, c in tails])
+        b.prepare(2 * widest + 64, len(keys) + len(tails))
+        places = self._places(widest, len(keys) + len(tails))
+        texts = self._blocks(keys, {s.block_size for s in sessions}, places[: len(keys)])
+        tail_texts = self._tails(tails, places[len(keys):])
+        out = []
+        for s in sessions:
+            agent = AgentSession(s, ideal_reuse_tokens=s.ideal_reuse_tokens())
+            for c in _calls(s):
+                ids = self._full_ids(s, c)
+                for h in ids:
+                    agent.blocks[h] = texts[_key(s, h)][0]
+                tail, tail_len = tail_texts.get((s.id, c.turn), ("", 0))
+                length = b.specials + sum(texts[_key(s, h)][1] for h in ids) + tail_len
+                agent.prompts[c.turn] = CallPrompt(tuple(ids), tail, length)
+            out.append(agent)
+        self._check_lengths(out)
+        return out
+
+    def _full_ids(self, s: Session, c: Call) -> tuple[int, ...]:
+        content = max(1, c.input_tokens - self.builder.specials)
+        return c.hash_ids[: min(len(c.hash_ids), content // s.block_size)]
+
+    def _tail_len(self, s: Session, c: Call) -> int:
+        content = max(1, c.input_tokens - self.builder.specials)
+        return content - len(self._full_ids(s, c)) * s.block_size
+
+    def _places(self, width: int, count: int) -> np.ndarray:
+        """``count`` word starts in a seeded order, none twice while the pool has enough (then cycling)."""
+        starts = word_starts(self.builder, width)
+        order = np.random.default_rng([self.seed & 0xFFFFFFFF, 0x5E55]).permutation(starts)
+        return np.resize(order, max(count, 1))
+
+    def _blocks(self, keys: list[tuple[int, int, int]], sizes: set[int],
+                places: np.ndarray) -> dict[tuple[int, int, int], tuple[str, int]]:
+        """Each key's text and measured length: a block cut at its place, moved to another word start (drawn
+        from the seed and the key) while it does not measure its size alone."""
+        b = self.builder
+        chosen = {key: b.cut(int(place), key[2]) for key, place in zip(keys, places, strict=True)}
+        pending = list(keys)
+        lengths: dict[tuple[int, int, int], int] = {}
+        starts = {size: word_starts(b, size) for size in sizes}
+        for attempt in range(_BLOCK_ATTEMPTS + 1):
+            measured = b.measure([chosen[k] for k in pending])
+            lengths.update((k, n - b.specials) for k, n in zip(pending, measured, strict=True))
+            pending = [k for k in pending if lengths[k] != k[2]]
+            if not pending or attempt == _BLOCK_ATTEMPTS:
+                break
+            for key in pending:
+                rng = np.random.default_rng([self.seed & 0xFFFFFFFF, key[0], key[1] & 0xFFFFFFFFFFFF, attempt])
+                pool = starts[key[2]]
+                chosen[key] = b.cut(int(pool[rng.integers(len(pool))]), key[2])
+        return {k: (chosen[k], lengths[k]) for k in keys}
+
+    def _tails(self, tails: list[tuple[Session, Call]], places: np.ndarray) -> dict[tuple[str, int], tuple[str, int]]:
+        """Each call's own tail of its exact length (fitted like any trace prompt)."""
+        b = self.builder
+        if not tails:
+            return {}
+        drafts = [(b.cut(int(place), self._tail_len(s, c)), (int(place) + self._tail_len(s, c)) % len(b.ids))
+                  for (s, c), place in zip(tails, places, strict=True)]
+        measured = b.measure([text for text, _ in drafts])
+        out = {}
+        for (s, c), (text, pos), length in zip(tails, drafts, measured, strict=True):
+            want = self._tail_len(s, c)
+            if length - b.specials != want:
+                text, length = b.fit(text, want + b.specials, pos, length)
+            out[(s.id, c.turn)] = (text, length - b.specials)
+        return out
+
+    def _check_lengths(self, sessions: list[AgentSession]) -> None:
+        """Measure a few whole prompts; when one does not measure the sum of its parts, measure them all."""
+        sample = sorted(((a, c) for a in sessions for c in _calls(a.session)),
+                        key=lambda ac: -ac[0].prompt_len(ac[1]))[:_CHECKED_PROMPTS]
+        measured = self.builder.measure([a.prompt(c) for a, c in sample])
+        if all(n == a.prompt_len(c) for (a, c), n in zip(sample, measured, strict=True)):
+            return
+        for agent in sessions:
+            calls = _calls(agent.session)
+            for c, n in zip(calls, self.builder.measure([agent.prompt(c) for c in calls]), strict=True):
+                agent.prompts[c.turn].prompt_len = n
+
+
+def _calls(s: Session) -> list[Call]:
+    return [c for chain in s.chains for c in chain.calls]
+
+
+def _key(s: Session, hash_id: int) -> tuple[int, int, int]:
+    """A block's identity: (its trace, unless ids are global; its id; its size)."""
+    scope = 0 if s.hash_id_scope == "global" else zlib.crc32(s.id.encode()) + 1
+    return scope, hash_id, s.block_size
