@@ -109,6 +109,10 @@ def _cache_and_generation(parser: argparse.ArgumentParser) -> None:
                      help="structured output (a request's response_format): break this share of the JSON answers "
                           "(the last token becomes a word, the JSON is left unclosed), drawn from --seed and the "
                           "request (default 0)")
+    gen.add_argument("--tool-call-rate", type=argtypes.fraction, default=0.5, metavar="P",
+                     help="tool calls (a chat request's tools): with tool_choice auto (the default), answer this "
+                          "share with a call to one of the tools, drawn from --seed and the request; required "
+                          "and a named tool always call, none never (default: %(default)s)")
 
 
 def _faults_and_trace(parser: argparse.ArgumentParser) -> None:
@@ -185,7 +189,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         session_header=args.session_header.strip(), trace_prompts=args.trace_prompts,
         trace_requests=args.trace_requests,
         degrade_after_s=args.degrade_after, degrade_factor=args.degrade_factor,
-        invalid_json_rate=args.invalid_json_rate,
+        invalid_json_rate=args.invalid_json_rate, tool_call_rate=args.tool_call_rate,
     )
 
 

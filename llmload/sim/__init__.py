@@ -9,6 +9,8 @@ truth for llmload's own measurement tests (``--trace-file``), and cheap enough n
     prefix_cache.py  vLLM-style prefix cache: chained block keys, LRU, the last-token rule
     text.py       deterministic generated text
     requests.py   parse and validate a request body into a GenRequest (400 bodies)
+    structured.py, schema.py  structured output: JSON for a response_format at the requested length
+    tools.py      tool calls: tools and tool_choice, which call a request makes, what its tokens are
     wire.py       render each dialect's stream events and JSON responses
     typed_wire.py the typed-event APIs (Responses, Messages): their stream events and JSON responses
     faults.py     seeded fault selection

@@ -169,6 +169,9 @@ class SimConfig:
     #: structured output: the share of answers to a ``response_format`` that are broken (unclosed JSON), drawn
     #: from the seed and the request (:mod:`llmload.sim.structured`)
     invalid_json_rate: float = 0.0
+    #: tool calls: the share of chat requests with ``tools`` and ``tool_choice`` ``auto`` (the default) whose
+    #: answer is a tool call, drawn from the seed and the request (:mod:`llmload.sim.tools`)
+    tool_call_rate: float = 0.5
 
     @property
     def served_names(self) -> tuple[str, ...]:

@@ -10,8 +10,8 @@ import orjson
 
 from llmload.sim.config import SimConfig
 from llmload.sim.prefix_cache import id_block_hashes, text_block_hashes
-from llmload.sim.structured import Unsupported, draw_broken, plan_for
-from llmload.sim.text import TOKEN_COUNT, TOKENS, estimate_tokens, text_of, text_offset
+from llmload.sim.text import estimate_tokens, text_of, text_offset
+from llmload.sim.tools import Output, ToolsError, output_of, render_calls, render_tools
 
 #: text -> token ids (``--tokenizer``)
 Tokenize = Callable[[str], Sequence[int]]
@@ -61,6 +61,8 @@ class GenRequest:
     pieces: tuple[bytes, ...] | None = None
     #: with a response format: "valid", or "broken" (``--invalid-json-rate``); '' without one
     structured: str = ""
+    #: chat with ``tools``: the function this answer calls, its arguments the pieces (:mod:`llmload.sim.tools`)
+    tool: str = ""
 
     def text(self, start: int, count: int) -> bytes:
         """The output's tokens ``start`` to ``start + count``, concatenated (JSON string body)."""
@@ -143,7 +145,7 @@ def render_chat(messages: object) -> str:
             content = ""
         elif not isinstance(content, str):
             raise bad_request(f"messages[{i}].content must be a string or a list of parts", "messages")
-        parts.append(f"{message['role']}: {content}\n")
+        parts.append(f"{message['role']}: {content}{render_calls(message)}\n")
     return "".join(parts)
 
 
@@ -198,7 +200,7 @@ class RequestParser:
         offset = text_offset(cfg.seed, text) if text else (cfg.seed + prompt_tokens) % 1000
         output_tokens = _output_tokens(cfg, offset, max_tokens, fields.ignore_eos)
         reasoning = min(cfg.reasoning_tokens, output_tokens) if kind in REASONING_KINDS else 0
-        pieces, structured, reasoning = _structured(cfg, kind, body, raw, offset, output_tokens, reasoning)
+        out = _output(cfg, kind, body, raw, offset, output_tokens, reasoning)
         return GenRequest(
             kind=kind,
             stream=fields.stream,
@@ -212,31 +214,20 @@ class RequestParser:
             ignore_eos=fields.ignore_eos,
             block_hashes=_block_hashes(cfg, text, ids, prompt_tokens),
             prefix_cache=cfg.prefix_cache,
-            reasoning_tokens=reasoning,
+            reasoning_tokens=out.reasoning,
             trace_prompt=_trace_prompt(kind, body, fields) if cfg.trace_prompts else None,
-            pieces=pieces,
-            structured=structured,
+            pieces=out.pieces, structured=out.structured, tool=out.tool,
         )
 
 
-def _structured(cfg: SimConfig, kind: str, body: dict, raw: bytes, offset: int, output_tokens: int,
-                reasoning: int) -> tuple[tuple[bytes, ...] | None, str, int]:
-    """Completions and chat: the output's pieces for a ``response_format`` (reasoning words, then the JSON
-    answer, which keeps at least one token), whether ``--invalid-json-rate`` broke it, and the reasoning tokens;
-    a 400 for a format the simulator cannot answer. ``(None, "", reasoning)`` without one."""
-    if kind not in ("completions", "chat"):
-        return None, "", reasoning
+def _output(cfg: SimConfig, kind: str, body: dict, raw: bytes, offset: int, output_tokens: int,
+            reasoning: int) -> Output:
+    """What the output's tokens are (:func:`llmload.sim.tools.output_of`); a 400 for a ``response_format`` or
+    ``tools`` the simulator cannot answer."""
     try:
-        plan = plan_for(body.get("response_format"))
-    except Unsupported as exc:
-        raise bad_request(str(exc), "response_format") from None
-    if plan is None:  # {"type": "text"}
-        return None, "", reasoning
-    reasoning = min(reasoning, output_tokens - 1)
-    broken = draw_broken(cfg.invalid_json_rate, cfg.seed, raw)
-    words = tuple(TOKENS[(offset + i * 7) % TOKEN_COUNT] for i in range(reasoning))
-    pieces = words + plan.pieces(output_tokens - reasoning, offset, broken, first_word=reasoning)
-    return pieces, "broken" if broken else "valid", reasoning
+        return output_of(cfg, kind, body, raw, offset, output_tokens, reasoning)
+    except ToolsError as exc:
+        raise bad_request(str(exc), exc.param) from None
 
 
 def _block_hashes(cfg: SimConfig, text: str, ids: Sequence[int] | None, prompt_tokens: int) -> list[int]:
@@ -294,7 +285,7 @@ def _openai_fields(kind: str, body: dict, model: object, cfg: SimConfig) -> _Fie
         return _Fields(text, ids, _int_field(body, "max_tokens") or 16, ignore_eos, stream, include_usage)
     if "messages" not in body:
         raise bad_request("'messages' is required", "messages")
-    text = render_chat(body["messages"])
+    text = render_tools(body.get("tools")) + render_chat(body["messages"])
     max_tokens = _int_field(body, "max_completion_tokens") or _int_field(body, "max_tokens")
     return _Fields(text, None, max_tokens or cfg.default_max_tokens, ignore_eos, stream, include_usage,
                    default_max=max_tokens is None)

@@ -11,7 +11,7 @@ import orjson
 
 from llmload.sim.requests import GenRequest
 from llmload.sim.text import text_of
-from llmload.sim.wire import WIRES, Wire
+from llmload.sim.wire import WIRES, ToolCallWire, Wire
 
 #: events of a Responses stream before its first delta: created, in_progress, the first item and its part
 _HEAD_EVENTS = 4
@@ -263,5 +263,7 @@ _ALL_WIRES: dict[str, type[Wire]] = {**WIRES, "responses": ResponsesWire, "messa
 
 
 def make_wire(req: GenRequest, dialect: str, request_id: str, created: int) -> Wire:
-    """The wire of ``req``'s route."""
+    """The wire of ``req``'s route (a chat answer that calls a tool: :class:`~llmload.sim.wire.ToolCallWire`)."""
+    if req.tool:
+        return ToolCallWire(req, dialect, request_id, created)
     return _ALL_WIRES[req.kind](req, dialect, request_id, created)

@@ -13,10 +13,13 @@ Dialect quirks (what real engines do that clients trip over):
 Usage carries ``prompt_tokens_details.cached_tokens`` whenever the prefix cache is on (as vLLM does with
 prefix caching enabled) and, for chat with reasoning, ``completion_tokens_details.reasoning_tokens``. Chat's
 first ``reasoning_tokens`` tokens go out as ``delta.reasoning_content`` (vLLM's field), the rest as
-``delta.content``; a chunk that straddles the boundary carries both.
+``delta.content``; a chunk that straddles the boundary carries both. A chat answer that calls a tool
+(:mod:`llmload.sim.tools`) streams ``delta.tool_calls`` instead (:class:`ToolCallWire`).
 """
 
 from __future__ import annotations
+
+import hashlib
 
 import orjson
 
@@ -191,6 +194,62 @@ class ChatWire(_OpenAIWire):
         else:
             message = b'{"role":"assistant","content":"' + text + b'"}'
         choice = b'{"index":0,"message":' + message + b',"logprobs":null,"finish_reason":' + self._finish() + b"}"
+        return head + choice + b'],"usage":' + _usage(req, req.output_tokens) + b"}"
+
+
+class ToolCallWire(ChatWire):
+    """A chat answer that calls a function (:mod:`llmload.sim.tools`), as vLLM's tool parsers stream it: a chunk
+    that opens the call (``delta.tool_calls[0]`` with its id, type and name, ``arguments: ""``; on vLLM and MAX
+    with the role), then each token a piece of the arguments, the last chunk's ``finish_reason`` ``tool_calls``.
+    Reasoning tokens (``--reasoning-tokens``) come first, as ``reasoning_content``, and the call opens after them.
+    Unstreamed: ``message.tool_calls`` with the whole arguments, ``content`` null."""
+
+    def __init__(self, req: GenRequest, dialect: str, request_id: str, created: int) -> None:
+        super().__init__(req, dialect, request_id, created)
+        self._call_id = b"chatcmpl-tool-" + hashlib.blake2b(request_id.encode(), digest_size=16).hexdigest().encode()
+        self._name = orjson.dumps(req.tool)
+        role = b'"role":"assistant",' if dialect in ("vllm", "max") and not req.reasoning_tokens else b""
+        self._open = (b"data: " + self._head + b'{"index":0,"delta":{' + role + b'"tool_calls":[{"index":0,"id":"'
+                      + self._call_id + b'","type":"function","function":{"name":' + self._name
+                      + b',"arguments":""}}]},"logprobs":null,"finish_reason":null}]}\n\n')
+        self._args = b"data: " + self._head + b'{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"'
+        self._args_post = b'"}}]},"logprobs":null,"finish_reason":null}]}\n\n'
+
+    def first_events(self) -> bytes:
+        if not self.req.stream:
+            return b""
+        if self.req.reasoning_tokens:
+            return super().first_events()  # the role chunk; the call opens after the reasoning
+        return self._open
+
+    def token_event(self, text: bytes, generated: int, last: bool, n: int = 1) -> bytes:
+        """The chunk of tokens ``generated - n`` to ``generated``: reasoning, the call's opening once the
+        reasoning is over, then argument pieces (the arguments keep at least the last token)."""
+        reasoning = self._reasoning
+        if generated <= reasoning:
+            return super().token_event(text, generated, last, n)
+        out = b""
+        if reasoning and generated - n <= reasoning:
+            if generated - n < reasoning:  # the chunk's first tokens are the last reasoning ones
+                out = self._think + self.req.text(generated - n, reasoning - generated + n) + self._post
+                text = self.req.text(reasoning, generated - reasoning)
+            out += self._open
+        if not last:
+            return out + self._args + text + self._args_post
+        tail = b'"}}]},"logprobs":null,"finish_reason":"tool_calls"}]'
+        if self.dialect == "transformers":
+            tail += b',"usage":' + _usage(self.req, generated)
+        return out + self._args + text + tail + b"}\n\n"
+
+    def full_json(self, text: bytes) -> bytes:
+        head = self._head.replace(b"chat.completion.chunk", b"chat.completion", 1)
+        req = self.req
+        reasoning = req.reasoning_tokens
+        thought = b'"reasoning_content":"' + req.text(0, reasoning) + b'",' if reasoning else b""
+        call = (b'{"id":"' + self._call_id + b'","type":"function","function":{"name":' + self._name
+                + b',"arguments":"' + req.text(reasoning, req.output_tokens - reasoning) + b'"}}')
+        message = b'{"role":"assistant",' + thought + b'"content":null,"tool_calls":[' + call + b"]}"
+        choice = b'{"index":0,"message":' + message + b',"logprobs":null,"finish_reason":"tool_calls"}'
         return head + choice + b'],"usage":' + _usage(req, req.output_tokens) + b"}"
 
 

@@ -58,6 +58,8 @@ def trace_entry(job: Job, status: str, wall_offset: float) -> dict:
         entry["request"] = job.traced_request
     if req.structured:  # a response_format: its answer was "valid" JSON for it, or "broken" (--invalid-json-rate)
         entry["structured"] = req.structured
+    if req.tool:  # a chat answer that called this function (tools.py)
+        entry["tool_call"] = req.tool
     if req.trace_prompt is not None:
         as_messages = req.kind in ("chat", "messages") or (req.kind == "responses"
                                                           and isinstance(req.trace_prompt, list))
