@@ -25,6 +25,7 @@ from llmload.client.failures import (
 )
 from llmload.client.records import RequestRecord
 from llmload.client.sse import parse_line
+from llmload.client.toolcalls import response_tool_calls, streamed_tool_calls
 from llmload.client.transport import (
     Cancelled,
     ConnectError,
@@ -64,7 +65,8 @@ class StreamReader:
     first token and every later one in live mode, with ``user``; the timeouts only name what failed."""
 
     __slots__ = ("backend", "completion_tokens", "content_rule", "done", "hooks", "network_timeout", "pick_events",
-                 "reactor", "reasoning", "record", "request_timeout", "state", "streaming", "texts", "user")
+                 "reactor", "reasoning", "record", "request_timeout", "state", "streaming", "texts", "tools",
+                 "user")
 
     def __init__(self, record: RequestRecord, streaming: bool, backend: Backend, *, ttft_rule: str = "content",
                  reactor: Reactor | None = None, hooks: Any = None, user: Any = None,
@@ -85,6 +87,8 @@ class StreamReader:
         self.reasoning: list[str] = []
         self.completion_tokens: int | None = None
         self.done = 0
+        #: the request carried ``tools``: read the answer's tool calls after it ends (:mod:`..toolcalls`)
+        self.tools = False
 
     def on_lines(self, resp: Response, first: int) -> None:
         """Live mode: parse the lines that just arrived and fire the token hooks."""
@@ -181,6 +185,9 @@ class StreamReader:
             return
         if not record.error:
             self.consume(resp.lines, self.done, live=False)
+        if self.tools:
+            record.tool_call_items = streamed_tool_calls(resp.lines)
+            record.tool_calls = len(record.tool_call_items)
         record.generated_text = "".join(self.texts)
         if self.reasoning:
             record.reasoning_text = "".join(self.reasoning)
@@ -223,6 +230,9 @@ class StreamReader:
         record.generated_text = text
         record.server_prompt_tokens = prompt_tokens
         record.cached_tokens = self.backend.response_cached_tokens(resp.body)
+        if self.tools:
+            record.tool_call_items = response_tool_calls(resp.body)
+            record.tool_calls = len(record.tool_call_items)
         if completion_tokens is not None:
             record.output_tokens = completion_tokens
             record.output_tokens_source = "usage"

@@ -168,6 +168,7 @@ class LLMUser(User):
         reader = StreamReader(record, streaming, self.dialect, ttft_rule=self.ttft_rule, reactor=self.pool.reactor,
                               hooks=llm_events, user=self, network_timeout=self.network_timeout,
                               request_timeout=self.request_timeout)
+        reader.tools = "tools" in body
         self._run.in_flight += 1
         try:
             exception = self._stream(record, reader, orjson.dumps(body), on_response_end)
@@ -182,7 +183,8 @@ class LLMUser(User):
         finally:
             self._run.in_flight -= 1
         self.pool.reactor.yield_to_reads()
-        if self._answer_check is not None and record.success:
+        if self._answer_check is not None and record.success and not record.tool_calls:
+            # an answer that called a tool has no text to check: neither valid nor invalid
             # after the response, off the per-token path: does it parse, does it match the schema
             record.structured_output_valid, record.structured_output_error = self._answer_check.verdict(
                 record.text())

@@ -52,6 +52,10 @@ class ConversationPolicy:
     seed: int = 0
     #: every turn's ``max_tokens`` (``--output-len``); None: the recorded reply's length
     output_len: int | None = None
+    #: with ``--tools``: how long a tool takes before its result goes back (``--tool-latency``; '' for none), and
+    #: the most follow-up requests after tool results in one turn (``--max-tool-rounds``)
+    tool_latency: str = ""
+    max_tool_rounds: int = 4
 
     def max_tokens(self, turn: Turn, fallback: int = DEFAULT_TURN_OUTPUT_LEN) -> int:
         """A turn's ``max_tokens``: the fixed output length, else the recorded reply's, else ``fallback``."""
@@ -67,6 +71,22 @@ class ConversationPolicy:
             from llmload.core.arrivals import parse_think_time
 
             parse_think_time(self.think, 0, "--turn-think-time")  # a bad spec fails before the run
+        if self.tool_latency:
+            from llmload.core.tools import tool_latency
+
+            tool_latency(self.tool_latency)
+
+    def tool_pauses(self, conversation_id: str) -> Callable[[], float]:
+        """This conversation's tool latencies, drawn from its own seeded stream."""
+        if not self.tool_latency:
+            return lambda: 0.0
+        import random
+
+        from llmload.core.tools import tool_latency
+
+        latency = tool_latency(self.tool_latency)
+        rng = random.Random(f"{self.seed}/{conversation_id}/tools")
+        return lambda: float(latency.sample(rng))
 
     def pauses(self, conversation_id: str) -> Callable[[], float]:
         """This conversation's think times, drawn from its own seeded stream."""
@@ -151,6 +171,7 @@ def replay_conversation(
     turns = sample.turns or []
     history = _History(sample)
     pause = policy.pauses(request.request_id)
+    tool_pause = policy.tool_pauses(request.request_id)
     record, intended = first, first.intended_send
     for k, turn in enumerate(turns, start=1):
         max_tokens = policy.max_tokens(turn, sample.expected_output_len if k == 1 else DEFAULT_TURN_OUTPUT_LEN)
@@ -165,7 +186,13 @@ def replay_conversation(
         last = k == len(turns)
         turn_request = replace(request, sample=SampleRequest(turn.user, prompt_tokens, max_tokens,
                                                              messages=messages, request_id=record.request_id))
-        _send_turn(sender, turn_request, record, sink, last)
+        _send_turn(sender, turn_request, record, sink, last and not record_tools(sender))
+        if record_tools(sender) and not record.conversation_end:
+            record, stopped = _tool_rounds(sender, turn_request, record, sink, policy, stop, tool_pause, on_turn)
+            if stopped:
+                return
+            if last and not record.conversation_end:
+                _end(record, "completed", sink)
         if last or record.conversation_end:
             return
         exchange = _exchange(turn, record, policy)
@@ -181,6 +208,56 @@ def replay_conversation(
         if stop.wait(wait) if wait > 0 else stop.is_set():
             return
         intended = due if first.intended_send is not None else None
+
+
+def record_tools(sender: Any) -> bool:
+    """The sender's requests carry ``tools`` (``--tools``): a turn's answer may call them."""
+    return "tools" in (getattr(sender, "extra_body", None) or {})
+
+
+def _tool_rounds(sender: Any, request: Scheduled, record: RequestRecord, sink: RecordSink, policy: ConversationPolicy,
+                 stop: Event, pause: Callable[[], float],
+                 on_turn: Callable[[RequestRecord], None] | None) -> tuple[RequestRecord, bool]:
+    """While the turn's latest answer calls tools (at most ``policy.max_tool_rounds`` times): put that record into
+    the sink, wait the tools' latency, and send the conversation again with the assistant's tool calls and a
+    simulated result for each (a ``tool`` message). Returns the turn's last record (not yet in the sink) and
+    whether the run's stop came during a tool's latency (the record is then in the sink already). The
+    history of later turns keeps the user message and the recorded (or final) answer, not the tool exchange."""
+    from llmload.core.tools import tool_result
+
+    messages = list(request.sample.messages or [])
+    prompt_tokens = request.sample.prompt_len
+    for rounds in range(1, policy.max_tool_rounds + 1):
+        if not (record.success and not record.cut_off and record.tool_call_items):
+            break
+        calls = record.tool_call_items
+        messages += [{"role": "assistant", "content": record.generated_text or None, "tool_calls": calls},
+                     *({"role": "tool", "tool_call_id": c["id"], "content": tool_result(c)} for c in calls)]
+        # the server's count where it said, plus the answer and the results at ~4 characters a token
+        prompt_tokens = (record.server_prompt_tokens or prompt_tokens) + record.output_tokens + sum(
+            len(tool_result(c)) // 4 for c in calls)
+        sink.add(record)
+        wait = pause()
+        due = perf_counter() + wait
+        if stop.wait(wait) if wait > 0 else stop.is_set():
+            return record, True
+        following = sender.new_record(request, due if record.intended_send is not None else None)
+        if following.intended_send is not None:
+            following.dispatched_at = perf_counter()
+        if on_turn is not None:
+            on_turn(following)
+        _label(following, request, record.turn, record.conversation_turns, prompt_tokens,
+               request.sample.expected_output_len)
+        following.conversation_id = record.conversation_id
+        following.request_id = f"{turn_id(request.request_id, record.turn)}.{rounds}"
+        following.tool_round = rounds
+        sample = SampleRequest("", prompt_tokens, request.sample.expected_output_len, messages=list(messages),
+                               request_id=following.request_id)
+        _send_turn(sender, replace(request, sample=sample), following, sink, False)
+        record = following
+        if record.conversation_end:
+            break
+    return record, False
 
 
 def _label(record: RequestRecord, request: Scheduled, turn: int, turns: int, prompt_tokens: int,

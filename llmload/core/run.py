@@ -315,6 +315,8 @@ class Run:
                                   vllm_compat=config.vllm_compat)
         if getattr(self.options, "response_format", None) and metrics.structured_checked is None:
             metrics.structured_checked = 0  # asked for, though no answer came to check: the result says so
+        if getattr(self.options, "tools", None) and metrics.tool_calls is None:
+            metrics.tool_calls = 0  # tools were sent and no answer called one: the result says so
         return Measured(records, metrics)
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from llmload.common.errors import ConfigError
 from llmload.core.structured import checked_format, response_format_from
+from llmload.core.tools import tool_options_from
 
 #: option dest -> body field, in vLLM's order
 SAMPLING = {"top_p": "top_p", "top_k": "top_k", "min_p": "min_p", "temperature": "temperature",
@@ -72,6 +73,7 @@ def shaping_from(options: Any) -> RequestShaping:
     response_format = response_format_from(options)  # --response-format: checked answers (core/structured.py)
     if response_format is not None:
         body["response_format"] = response_format
+    body.update(tool_options_from(options).body())  # --tools, --tool-choice (core/tools.py)
     body.update(parse_json_object(getattr(options, "extra_body", None), "--extra-body"))
     checked_format(body, "--extra-body")  # a response_format given there is checked as well
     return RequestShaping(body, parse_headers(getattr(options, "header", None)),

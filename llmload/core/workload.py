@@ -124,7 +124,8 @@ def conversation_policy(options: Any) -> ConversationPolicy:
         keep_reasoning=bool(_opt(options, "keep_reasoning")),
         seed=int(_opt(options, "seed")),
         output_len=_opt(options, "max_tokens") or getattr(options, "output_len", None)
-        or _opt(options, "sharegpt_output_len"))
+        or _opt(options, "sharegpt_output_len"),
+        tool_latency=_opt(options, "tool_latency") or "", max_tool_rounds=int(_opt(options, "max_tool_rounds")))
 
 
 def chat_backend_for_conversations(options: Any) -> str | None:
@@ -145,7 +146,7 @@ def chat_backend_for_conversations(options: Any) -> str | None:
 
 #: conversation options that mean nothing without ``--multi-turn`` (their flags and defaults: the option table)
 _CONVERSATION_ONLY = ("max_turns", "history", "max_context_tokens", "context_policy", "turn_think_time",
-                      "reading_speed", "system_prompt_len", "keep_reasoning")
+                      "reading_speed", "system_prompt_len", "keep_reasoning", "tool_latency", "max_tool_rounds")
 
 
 def check_conversation_options(options: Any) -> ConversationPolicy | None:

@@ -274,6 +274,7 @@ def _metrics(groups: Sequence[_Group], tally: Tally, ask: _Ask, lags_s: Sequence
         total_input_server=tally.total_input_server if tally.server_reported else None,
         failures_by_kind=by_kind, failure_examples=examples,
         structured_checked=tally.structured_checked or None, structured_valid=tally.structured_valid,
+        tool_calls=tally.tool_calls or None, tool_call_answers=tally.tool_call_answers,
         client_queue={k: Distribution.of(_exact(groups, k), ask.percentiles) for k in QUEUE_METRICS
                       if k in ask.metrics},
     )

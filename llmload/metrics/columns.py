@@ -35,7 +35,7 @@ SENT_KEYS = tuple(k for k, m in METRICS.items() if m.applies_to == SENT)
 #: :class:`Tally`'s plain counters (what :meth:`Tally.merged` adds up)
 _COUNTS = ("records", "completed", "failed", "cut_off", "cancelled", "total_input", "total_input_server",
            "total_output", "server_reported", "prompt_mismatch", "prompt_diff", "structured_checked",
-           "structured_valid")
+           "structured_valid", "tool_calls", "tool_call_answers")
 
 
 class Column:
@@ -99,6 +99,8 @@ class Tally:
         self.server_reported = self.prompt_mismatch = self.prompt_diff = 0
         #: completed requests whose answer was checked against a response format, and those found valid
         self.structured_checked = self.structured_valid = 0
+        #: tool calls in completed answers (``--tools``), and the answers that made at least one
+        self.tool_calls = self.tool_call_answers = 0
         self.sources: Counter[str] = Counter()
         self.failures: Counter[str] = Counter()
         self.examples: dict[str, str] = {}
@@ -127,6 +129,10 @@ class Tally:
             self.prompt_mismatch += 1
             self.prompt_diff += server - r.prompt_len
         self.sources[r.output_tokens_source] += 1
+        calls = getattr(r, "tool_calls", 0)
+        if calls:
+            self.tool_calls += calls
+            self.tool_call_answers += 1
         verdict = getattr(r, "structured_output_valid", None)
         if verdict is not None:
             self.structured_checked += 1

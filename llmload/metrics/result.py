@@ -98,6 +98,10 @@ class BenchmarkMetrics:
     #: format), and those that parsed and matched the schema (``structured_output`` in the result JSON)
     structured_checked: int | None = None
     structured_valid: int = 0
+    #: ``--tools``: tool calls in the completed answers (None: the run sent no tools and got none), and the
+    #: answers with at least one (``tool_calls`` and ``tool_call_answers`` in the result JSON)
+    tool_calls: int | None = None
+    tool_call_answers: int = 0
 
     def follow_vllm(self, compat: str | None) -> None:
         """Take the meanings of the vLLM the run follows (docs/vllm-compat.md): today's ``vllm bench serve``
@@ -169,6 +173,9 @@ class BenchmarkMetrics:
             result.update(self.conversations.result_keys())
         if self.structured_checked is not None:
             result["structured_output"] = self.structured_output
+        if self.tool_calls is not None:
+            result["tool_calls"] = self.tool_calls
+            result["tool_call_answers"] = self.tool_call_answers
         if self.by_class:
             result["by_class"] = {c: m.class_result_dict() for c, m in self.by_class.items()}
         if self.by_model:

@@ -4,6 +4,7 @@ what they do: :mod:`llmload.core.shaping`."""
 
 from __future__ import annotations
 
+import llmload.options.argtypes as argtypes
 from llmload.options.spec import Option, Scope
 
 BOTH = Scope.BOTH
@@ -27,6 +28,19 @@ REQUEST_OPTIONS = (
            "structured output: json_object, or json_schema:FILE (a JSON Schema, or OpenAI's {name, schema, strict}); "
            "sent as OpenAI's response_format on chat and completions, every answer checked: it parses, it "
            "matches the schema (docs/metrics.md, \"Structured output\")", metavar="json_object|json_schema:FILE"),
+    Option(("--tools",), "tools", BOTH, "request",
+           "OpenAI tool definitions (a JSON list) sent in every chat request; answers' tool calls are counted, and "
+           "a --multi-turn replay answers them with simulated tool results (docs/conversations.md, \"Tool calls\")",
+           metavar="FILE"),
+    Option(("--tool-choice",), "tool_choice", BOTH, "request",
+           "with --tools: auto, required, none, or a tool's name (default: the server's, auto)",
+           metavar="auto|required|none|NAME"),
+    Option(("--tool-latency",), "tool_latency", BOTH, "request",
+           "--multi-turn with --tools: how long a tool takes before its result goes back: SECONDS, exp:MEAN or "
+           "uniform:LOW:HIGH (default: 0)", metavar="SPEC"),
+    Option(("--max-tool-rounds",), "max_tool_rounds", BOTH, "request",
+           "--multi-turn with --tools: most follow-up requests after tool results in one turn (default: "
+           "%(default)s)", type=argtypes.positive_int, default=4, metavar="N"),
     Option(("--header",), "header", BOTH, "request", "extra request headers, e.g. X-Tenant=a (the request id "
            "header wins over one of its name)", nargs="*", metavar="KEY=VALUE", web_ui=False),
     Option(("--request-id-prefix",), "request_id_prefix", BOTH, "request",

@@ -133,6 +133,8 @@ def format_llmload_block(
         lines.append(int_line("Server prompt tokens differ (requests):", m.prompt_tokens_mismatch))
     if m.structured_checked is not None:
         lines.append(structured_output_line(m))
+    if m.tool_calls is not None:
+        lines.append(int_line("Tool calls (answers with one):", f"{m.tool_calls} ({m.tool_call_answers})"))
     lines += failure_lines(m)
     lines.append(heading("TPOT excl. 1st ITL", "-"))
     lines += _distribution_lines(m.tpot_steady, "TPOT excl. 1st ITL")

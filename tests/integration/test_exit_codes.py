@@ -165,6 +165,9 @@ USAGE_ERRORS = {
     "weka-unknown-type": (("--dataset-name", "weka_trace", "--dataset-path", "{tmp}/weka/bad_type"),
                           "bad_type/t1.json: trace t1: requests[0]: type must be one of n, s or subagent, got 'x'"),
     "weka-without-path": (("--dataset-name", "weka_trace"), "--dataset-path"),
+    "tools-missing": (("--backend", "openai-chat", "--tools", "/nonexistent/tools.json"), "/nonexistent/tools.json"),
+    "tools-on-completions": (("--tools", "{tmp}/bad.json"), "not a chat dialect"),
+    "tool-choice-without-tools": (("--backend", "openai-chat", "--tool-choice", "required"), "--tools"),
 }
 
 

@@ -176,7 +176,7 @@ def test_the_brief_s_locust_options_are_shared() -> None:
         --random-range-ratio --random-prefix-len --custom-output-len --trace-format --time-scale --trace-start
         --trace-duration --trace-prompts --trace-block-size --timed-trace-sec-multiplier --timed-trace-label-timestamp
         --timed-trace-label-input-length --timed-trace-label-output-length --timed-trace-label-hash-ids --max-idle
-        --stream-all --request-rate --burstiness --ramp-up-strategy --ramp-up-start-rps
+        --stream-all --tools --tool-choice --tool-latency --max-tool-rounds --request-rate --burstiness --ramp-up-strategy --ramp-up-start-rps
         --ramp-up-end-rps --cancel-rate --cancel-after --constant-rate --rate-shape --max-concurrency --think-time --ignore-eos --ttft-rule
         --goodput --percentile-metrics --metric-percentiles --slice-duration --gpus --gpu-type --gpu-hour-cost --api-key-file --connect-timeout --read-timeout
         --request-timeout --prefix-repetition-prefix-len --prefix-repetition-suffix-len

@@ -225,6 +225,12 @@ class RequestRecord:
     #: agent id) and its kind ("main", or the sub-agent's type); '' for requests outside a session
     agent: str = ""
     agent_type: str = ""
+    #: a request that carried ``tools`` (``--tools``): the tool calls in its answer, and the calls themselves
+    #: (``{"id", "type", "function": {"name", "arguments"}}``, for a replayed conversation's tool messages)
+    tool_calls: int = 0
+    tool_call_items: list[dict[str, Any]] | None = None
+    #: multi-turn replay with tools: 0 for a turn's first request, k for the k-th request after tool results
+    tool_round: int = 0
     #: set when the records journal holds the generated text instead of ``generated_text`` (not a column of the
     #: records file: :meth:`to_dict` writes the text itself)
     held_text: HeldText | None = field(default=None, repr=False, compare=False)
