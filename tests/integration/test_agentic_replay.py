@@ -89,7 +89,7 @@ def test_sessions_replay_in_order_and_the_server_finds_the_hash_ids_reuse(child_
     for trace in [*synthetic_traces(11, sessions=3, calls=6, subagents=2), BESIDE]:
         (folder / f"{trace['id']}.json").write_text(json.dumps(trace))
     traces = _traces(folder)
-    result, records = _run(child_runner, folder, "--time-scale", "2", "--no-initial-test",
+    result, records = _run(child_runner, folder, "--time-scale", "2", "--no-initial-test", "--max-concurrency", "2",
                            sim=SIM + " --tokenizer builtin")
     calls = sum(len(_calls(t)) for t in traces.values())
     assert result["completed"] == calls == len(records) and result["failed"] == 0, result
@@ -113,6 +113,11 @@ def test_sessions_replay_in_order_and_the_server_finds_the_hash_ids_reuse(child_
                 assert after["start"] >= before["end"], (sid, before["turn"], after["turn"])
     _check_beside(by_session["beside"])
     _check_cached_tokens(traces, records)
+    # --max-concurrency 2: at most two sessions in flight, each from its first call's start to its last's end
+    spans = [(min(r["start"] for r in recs.values()), max(r["end"] for r in recs.values()))
+             for recs in by_session.values()]
+    edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans], key=lambda e: (e[0], e[1]))
+    assert max(itertools.accumulate(step for _, step in edges)) == 2
 
 
 def _check_beside(recs: dict[int, dict]) -> None:
