@@ -139,6 +139,7 @@ class LLMUser(User):
             request_id=request_id,
             backend=self.dialect.name,
             prompt_len=sample.prompt_len,
+            trace_cached_tokens=getattr(sample, "trace_cached_tokens", None),
             expected_output_len=sample.expected_output_len,
             intended_send=intended_send,
             worker=self._worker,

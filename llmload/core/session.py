@@ -100,6 +100,7 @@ class _Replay:
         record.agent = chain.agent_id
         record.agent_type = (chain.subagent_type or SUBAGENT) if chain.agent_id else MAIN
         record.prompt_len = self.agent.prompt_len(call)
+        record.trace_cached_tokens = self.agent.prompts[call.turn].ideal_cached
         record.expected_output_len = max(1, call.output_tokens)
         return record
 

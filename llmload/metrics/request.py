@@ -43,6 +43,8 @@ class MeasuredRequest(Protocol):
     #: agentic sessions: the agent that made the call and its kind ('' outside a session)
     agent: str
     agent_type: str
+    #: a KV-cache trace's own reuse for this request (None: not such a trace)
+    trace_cached_tokens: int | None
 
     @property
     def end(self) -> float | None: ...

@@ -13,6 +13,10 @@ Per session:
     cached tokens            over completed calls reporting ``cached_tokens``; hit rate = cached / prompt tokens
                              of those calls (None for a session where no call reported it)
 
+The traces' own reuse (agentic sessions, whose records carry ``trace_cached_tokens``): over completed calls,
+the prompt tokens a never-evicting prefix cache could serve when each trace's calls go out in turn order, over
+those calls' dataset prompt tokens: the ideal beside the measured cached share.
+
 A session is *completed* when every call it made completed and (conversations) none was cut off. The
 distributions (mean, median, p99; seconds, or a fraction for the hit rate) are over every session that sent
 a call. Agentic sessions also get a row per chain type (``agent_type``: ``main`` or the sub-agent's type):
@@ -44,6 +48,8 @@ class _Session:
     cached: int = 0
     cache_prompt: int = 0
     reported: int = 0
+    ideal: int = 0
+    ideal_prompt: int = 0
     intervals: list[tuple[float, float]] = field(default_factory=list)
 
 
@@ -114,6 +120,16 @@ class SessionStats:
     #: per session, over the sessions where some call reported cached tokens
     hit_rate: Spread | None
     chains: tuple[ChainStats, ...] = ()
+    #: agentic sessions: the traces' own reuse over the completed calls (from their hash ids), and those calls'
+    #: prompt tokens as the dataset built them (None: no call came from such a trace)
+    trace_reuse_tokens: int | None = None
+    trace_reuse_prompt_tokens: int = 0
+
+    @property
+    def trace_reuse_fraction(self) -> float | None:
+        if self.trace_reuse_tokens is None or not self.trace_reuse_prompt_tokens:
+            return None
+        return self.trace_reuse_tokens / self.trace_reuse_prompt_tokens
 
     @property
     def cached_fraction(self) -> float | None:
@@ -129,6 +145,9 @@ class SessionStats:
         }
         if self.hit_rate is not None:
             out.update(self.hit_rate.keys("hit_rate"))
+        if self.trace_reuse_tokens is not None:
+            out["trace_reuse_tokens"] = self.trace_reuse_tokens
+            out["trace_reuse_fraction"] = self.trace_reuse_fraction
         if self.chains:
             out["by_chain"] = [c.result_dict() for c in self.chains]
         return out
@@ -167,6 +186,9 @@ class SessionTally:
             s.reported += 1
             s.cached += int(r.cached_tokens)
             s.cache_prompt += prompt
+        if r.trace_cached_tokens is not None:
+            s.ideal += int(r.trace_cached_tokens)
+            s.ideal_prompt += r.prompt_len
         if chain is not None:
             chain.completed += 1
             if r.cached_tokens is not None:
@@ -196,6 +218,8 @@ class SessionTally:
             prompt_tokens=sum(s.prompt for s in sessions), cached_tokens=sum(s.cached for s in sessions),
             reported_prompt_tokens=sum(s.cache_prompt for s in sessions),
             hit_rate=Spread.of(rates) if rates else None,
+            trace_reuse_tokens=sum(s.ideal for s in sessions) if any(s.ideal_prompt for s in sessions) else None,
+            trace_reuse_prompt_tokens=sum(s.ideal_prompt for s in sessions),
             chains=tuple(self._chain_stats(name, c) for name, c in sorted(self._chains.items(),
                                                                           key=lambda kv: (kv[0] != "main", kv[0]))),
         )

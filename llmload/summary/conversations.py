@@ -116,6 +116,8 @@ def _session_lines(s: SessionStats) -> list[str]:
     if s.cached_fraction is not None and s.hit_rate is not None:
         lines += [float_line("Cached share of prompt tokens (%):", s.cached_fraction * 100.0),
                   float_line("Median session hit rate (%):", s.hit_rate.median * 100.0)]
+    if s.trace_reuse_fraction is not None:
+        lines.append(float_line("Traces' own reuse (hash ids) (%):", s.trace_reuse_fraction * 100.0))
     if s.chains:
         lines += [heading("By chain type", "-"), "".join(f"{h:>{w}}" for h, w in _CHAIN_COLUMNS)]
         for c in s.chains:

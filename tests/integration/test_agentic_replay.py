@@ -105,6 +105,9 @@ def test_sessions_replay_in_order_and_the_server_finds_the_hash_ids_reuse(child_
             assert r["agent"] == call["agent"] and r["prompt_len"] == call["in"], (sid, turn)
             assert r["agent_type"] == ("Explore" if call["agent"] else "main")
             assert r["server_prompt_tokens"] == call["in"], (sid, turn)  # built to the exact length
+        # each call's trace_cached_tokens: the trace's own reuse, calls in turn order
+        assert [recs[t]["trace_cached_tokens"] for t in sorted(recs)] == [
+            _findable(_blocks(call), [_blocks(c) for c in spec[:turn]]) for turn, call in enumerate(spec)], sid
         chains: dict[str, list[dict]] = defaultdict(list)
         for turn in sorted(recs):
             chains[recs[turn]["agent"]].append(recs[turn])

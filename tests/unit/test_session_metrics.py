@@ -80,3 +80,13 @@ def test_live_rows_give_all_sessions_then_each_chain_type() -> None:
     assert [row["label"] for row in rows] == ["all", "main", "Explore"]
     assert rows[0]["sessions"] == rows[0]["completed_sessions"] == 1 and rows[0]["calls"] == 2
     assert rows[2]["ttft_p50_ms"] == pytest.approx(100.0) and rows[2]["cached_fraction"] == pytest.approx(0.5)
+
+
+def test_the_traces_own_reuse_sits_beside_the_measured_share() -> None:
+    records = [rec("a", 0, 1.0, 2.0, cached=0), rec("a", 1, 2.5, 3.0, cached=64)]
+    records[0].trace_cached_tokens, records[1].trace_cached_tokens = 0, 64
+    s = compute_metrics(records, 3.0).conversations.sessions
+    assert s.trace_reuse_tokens == 64 and s.trace_reuse_fraction == pytest.approx(64 / 200)
+    assert compute_metrics(records, 3.0).to_result_dict()["sessions"]["trace_reuse_fraction"] == pytest.approx(0.32)
+    plain = [rec("b", 1, 1.0, 2.0)]
+    assert compute_metrics(plain, 2.0).conversations.sessions.trace_reuse_tokens is None

@@ -231,6 +231,9 @@ class RequestRecord:
     tool_call_items: list[dict[str, Any]] | None = None
     #: multi-turn replay with tools: 0 for a turn's first request, k for the k-th request after tool results
     tool_round: int = 0
+    #: a KV-cache trace's own reuse for this request (Mooncake, agentic sessions): the prompt tokens a prefix cache
+    #: that never evicts could serve it, from the trace's hash ids alone (None: not such a trace)
+    trace_cached_tokens: int | None = None
     #: set when the records journal holds the generated text instead of ``generated_text`` (not a column of the
     #: records file: :meth:`to_dict` writes the text itself)
     held_text: HeldText | None = field(default=None, repr=False, compare=False)

@@ -133,8 +133,12 @@ class Session:
     def ideal_reuse_tokens(self) -> int:
         """Prompt tokens a prefix cache that never evicts could serve when the calls go out in turn order (the
         trace's own reuse; a replay sends sub-agents beside their parent, so its order can differ)."""
+        return sum(self.reuse_by_turn().values())
+
+    def reuse_by_turn(self) -> dict[int, int]:
+        """Each call's part of :meth:`ideal_reuse_tokens`, by its turn."""
         calls = sorted((c for chain in self.chains for c in chain.calls), key=lambda c: c.turn)
-        return sum(prefix_reuse(calls, self.block_size))
+        return {c.turn: n for c, n in zip(calls, prefix_reuse(calls, self.block_size), strict=True)}
 
 
 def prefix_reuse(calls: list[Call], block_size: int) -> list[int]:

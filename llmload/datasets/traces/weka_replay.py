@@ -20,7 +20,7 @@ The prompt texts are not held: a call's prompt is joined from the session's bloc
 from __future__ import annotations
 
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from llmload.common.errors import DatasetError
 from llmload.datasets.base import SampleRequest, Tokenizer
 from llmload.datasets.traces.blocks import word_starts
 from llmload.datasets.traces.prompts import PromptBuilder
-from llmload.datasets.traces.weka import Call, Chain, Session, read_sessions
+from llmload.datasets.traces.weka import Call, Chain, Session, prefix_reuse, read_sessions
 
 #: another place is drawn for a block that does not measure ``block_size`` tokens alone, this many times
 _BLOCK_ATTEMPTS = 8
@@ -45,6 +45,8 @@ class CallPrompt:
     blocks: tuple[int, ...]
     tail: str
     prompt_len: int
+    #: the prompt tokens a never-evicting prefix cache could serve it when its trace's calls go out in turn order
+    ideal_cached: int = 0
 
 
 @dataclass
@@ -56,7 +58,8 @@ class AgentSession:
     blocks: dict[int, str] = field(default_factory=dict)
     #: by the call's turn
     prompts: dict[int, CallPrompt] = field(default_factory=dict)
-    #: prompt tokens a prefix cache that never evicts could serve when the calls go out in turn order
+    #: prompt tokens a prefix cache that never evicts could serve when the calls go out in turn order (over the
+    #: full blocks the prompts hold: a call of exactly k blocks and a BOS holds k - 1)
     ideal_reuse_tokens: int = 0
 
     @property
@@ -74,7 +77,8 @@ class AgentSession:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values: what a job item carries to a worker (a session stays on one worker)."""
         return {"session": asdict(self.session), "blocks": {str(k): v for k, v in self.blocks.items()},
-                "prompts": {str(k): [list(p.blocks), p.tail, p.prompt_len] for k, p in self.prompts.items()},
+                "prompts": {str(k): [list(p.blocks), p.tail, p.prompt_len, p.ideal_cached]
+                            for k, p in self.prompts.items()},
                 "ideal_reuse_tokens": self.ideal_reuse_tokens}
 
     @classmethod
@@ -84,7 +88,7 @@ class AgentSession:
         session = Session(raw["id"], raw["block_size"], chains[0], chains[1:], raw.get("source", ""),
                           raw.get("hash_id_scope", "local"))
         return cls(session, {int(k): v for k, v in data["blocks"].items()},
-                   {int(k): CallPrompt(tuple(b), t, n) for k, (b, t, n) in data["prompts"].items()},
+                   {int(k): CallPrompt(tuple(p[0]), p[1], p[2], *p[3:]) for k, p in data["prompts"].items()},
                    int(data.get("ideal_reuse_tokens", 0)))
 
 
@@ -136,14 +140,17 @@ class SessionPrompts:
         tail_texts = self._tails(tails, places[len(keys):])
         out = []
         for s in sessions:
-            agent = AgentSession(s, ideal_reuse_tokens=s.ideal_reuse_tokens())
+            ordered = sorted(_calls(s), key=lambda c: c.turn)
+            sent = [replace(c, hash_ids=self._full_ids(s, c)) for c in ordered]  # the blocks the prompts hold
+            reuse = {c.turn: n for c, n in zip(ordered, prefix_reuse(sent, s.block_size), strict=True)}
+            agent = AgentSession(s, ideal_reuse_tokens=sum(reuse.values()))
             for c in _calls(s):
                 ids = self._full_ids(s, c)
                 for h in ids:
                     agent.blocks[h] = texts[_key(s, h)][0]
                 tail, tail_len = tail_texts.get((s.id, c.turn), ("", 0))
                 length = b.specials + sum(texts[_key(s, h)][1] for h in ids) + tail_len
-                agent.prompts[c.turn] = CallPrompt(tuple(ids), tail, length)
+                agent.prompts[c.turn] = CallPrompt(tuple(ids), tail, length, reuse[c.turn])
             out.append(agent)
         self._check_lengths(out)
         return out
