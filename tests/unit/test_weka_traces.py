@@ -202,3 +202,40 @@ def test_sessions_with_their_prompts_travel_whole_and_read_back_equal(tmp_path: 
     assert again[0].session.prompt(c1) == a.prompt(c1)
     b = samples[1].session
     assert a.blocks[a.session.main.calls[0].hash_ids[0]] != b.blocks[b.session.main.calls[0].hash_ids[0]]
+
+
+def test_with_a_tokenizer_that_merges_across_spaces_every_prompt_is_measured(tmp_path: Path) -> None:
+    """A BPE without a whitespace pre-tokenizer (its merges span spaces) over a repetitive prompt pool: blocks
+    side by side tokenize differently from alone, so every prompt is measured; prompt_len stays what it counts.
+    The shipped byte-level tokenizer splits at every space, and its prompts are built without measuring them."""
+    from tokenizers import Tokenizer, models, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from llmload.datasets.traces.weka_replay import sample_weka, splits_at_words
+    from llmload.tokenizer import load_counting_tokenizer
+
+    raw = Tokenizer(models.BPE(unk_token="[UNK]"))
+    raw.train_from_iterator(["ab cd ef gh ij kl " * 20, "cd ab gh ef " * 30],
+                            trainers.BpeTrainer(vocab_size=120, special_tokens=["[UNK]"]))
+    tok = PreTrainedTokenizerFast(tokenizer_object=raw, unk_token="[UNK]")
+    assert not splits_at_words(tok, [" ab cd", " ef"])
+    assert splits_at_words(load_counting_tokenizer("builtin"), [" ab cd", " ef"])
+    pool = tmp_path / "pool.json"
+    pool.write_text(json.dumps([{"id": str(i), "conversations": [
+        {"from": "human", "value": "ab cd ef gh ij kl " * (5 + i)}, {"from": "gpt", "value": "cd ab gh ef " * 3}]}
+        for i in range(30)]))
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    for t in synthetic_traces(4, sessions=2, calls=3, subagents=1):
+        (folder / f"{t['id']}.json").write_text(json.dumps(t))
+    sums_differ = 0
+    for sample in sample_weka(folder, tok, None, seed=1, prompt_path=pool):
+        agent = sample.session
+        for chain in agent.session.chains:
+            for c in chain.calls:
+                counted = len(tok(agent.prompt(c)).input_ids)
+                assert counted == agent.prompt_len(c)
+                parts = [len(tok(agent.blocks[h], add_special_tokens=False).input_ids)
+                         for h in agent.prompts[c.turn].blocks]
+                sums_differ += counted != sum(parts) + len(tok(agent.prompts[c.turn].tail).input_ids)
+    assert sums_differ, "the pool no longer makes this tokenizer merge across blocks: the test tests nothing"

@@ -44,6 +44,19 @@ def word_starts(builder: PromptBuilder, width: int) -> np.ndarray:
     return starts if len(starts) else np.arange(max(1, last), dtype=np.int64)
 
 
+def aligned_word_starts(builder: PromptBuilder, width: int) -> np.ndarray:
+    """The :func:`word_starts` from which ``width`` tokens end where a word ends (the next token starts one, or the
+    pool ends): a block cut there is whole words."""
+    starts = word_starts(builder, width)
+    ends = starts + width
+    if builder.ends is None:
+        return starts
+    begins = np.zeros(len(builder.ids) + 1, dtype=bool)
+    begins[word_starts(builder, 0)] = True
+    begins[len(builder.ids)] = True
+    return starts[begins[ends]]
+
+
 class BlockPrompts:
     """Builds the prompts of Mooncake rows from one :class:`PromptBuilder`'s pool."""
 

@@ -7,11 +7,12 @@ blocks) and shared by every trace of the folder when it is ``global``.
 
 A call of ``n`` tokens is the blocks of its first ``(n - specials) // block_size`` ids, then a tail of its own
 for the rest (the special tokens the tokenizer adds, a BOS, come off the tail). Every block and tail starts at a
-word of the seeded pool, at a place no other block or tail of the workload starts, and each block is checked to
-measure exactly ``block_size`` tokens alone (another place is drawn for one that does not). With a tokenizer
-that splits words at spaces (byte-level BPE, SentencePiece) the whole prompt then measures the sum of its
-parts, and the server's cache blocks line up with the trace's; a tokenizer for which a sample of whole prompts
-does not measure so gets every prompt measured instead, so ``prompt_len`` is always what it counts.
+word of the seeded pool, at a place no other block or tail of the workload starts, and every block is whole words
+(it ends where a word ends), so with a tokenizer that splits words at spaces (byte-level BPE, SentencePiece) it
+measures ``block_size`` tokens alone, the whole prompt measures the sum of its parts, and the server's cache blocks
+line up with the trace's. A seeded sample of blocks and the longest prompt are measured to confirm it; with a
+tokenizer where they do not, every block is measured (and moved to another place until it measures its size) and
+every prompt is measured, so ``prompt_len`` is always what the tokenizer counts.
 
 The prompt texts are not held: a call's prompt is joined from the session's block texts when it is sent
 (:meth:`AgentSession.prompt`), so a folder of 100k-token sessions costs the blocks once, not each call's copy.
@@ -27,15 +28,15 @@ from typing import Any
 import numpy as np
 
 from llmload.common.errors import DatasetError
-from llmload.datasets.base import SampleRequest, Tokenizer
-from llmload.datasets.traces.blocks import word_starts
+from llmload.datasets.base import SampleRequest, Tokenizer, token_len
+from llmload.datasets.traces.blocks import aligned_word_starts, word_starts
 from llmload.datasets.traces.prompts import PromptBuilder
 from llmload.datasets.traces.weka import Call, Chain, Session, prefix_reuse, read_sessions
 
 #: another place is drawn for a block that does not measure ``block_size`` tokens alone, this many times
 _BLOCK_ATTEMPTS = 8
-#: whole prompts measured to check that a prompt measures the sum of its parts with this tokenizer
-_CHECKED_PROMPTS = 3
+#: blocks measured alone (a seeded spread) to check that whole words measure their length with this tokenizer
+_CHECKED_BLOCKS = 64
 
 
 @dataclass
@@ -127,30 +128,34 @@ class SessionPrompts:
     def __init__(self, tokenizer: Tokenizer, seed: int = 0, *, prompt_path: str | Path | None = None) -> None:
         self.builder = PromptBuilder(tokenizer, seed, prompt_path=prompt_path)
         self.seed = seed
+        #: the tokenizer splits text into pre-tokens at every space (see :func:`splits_at_words`)
+        self.words_stand_alone = False
 
     def build(self, sessions: list[Session]) -> list[AgentSession]:
         """Every session with its block texts and call prompts (see the module docstring)."""
         b = self.builder
-        keys = sorted({_key(s, h) for s in sessions for c in _calls(s) for h in self._full_ids(s, c)})
+        full = {(s.id, c.turn): self._full_ids(s, c) for s in sessions for c in _calls(s)}
+        keys = sorted({(_scope(s), h, s.block_size) for s in sessions for c in _calls(s) for h in full[s.id, c.turn]})
         tails = [(s, c) for s in sessions for c in _calls(s) if self._tail_len(s, c) > 0]
         widest = max([s.block_size for s in sessions] + [self._tail_len(s, c) for s, c in tails])
-        b.prepare(2 * widest + 64, len(keys) + len(tails))
         places = self._places(widest, len(keys) + len(tails))
         texts = self._blocks(keys, {s.block_size for s in sessions}, places[: len(keys)])
         tail_texts = self._tails(tails, places[len(keys):])
         out = []
         for s in sessions:
+            scope = _scope(s)
             ordered = sorted(_calls(s), key=lambda c: c.turn)
-            sent = [replace(c, hash_ids=self._full_ids(s, c)) for c in ordered]  # the blocks the prompts hold
+            sent = [replace(c, hash_ids=full[s.id, c.turn]) for c in ordered]  # the blocks the prompts hold
             reuse = {c.turn: n for c, n in zip(ordered, prefix_reuse(sent, s.block_size), strict=True)}
             agent = AgentSession(s, ideal_reuse_tokens=sum(reuse.values()))
             for c in _calls(s):
-                ids = self._full_ids(s, c)
+                ids = full[s.id, c.turn]
+                length = b.specials
                 for h in ids:
-                    agent.blocks[h] = texts[_key(s, h)][0]
+                    agent.blocks[h], n = texts[scope, h, s.block_size]
+                    length += n
                 tail, tail_len = tail_texts.get((s.id, c.turn), ("", 0))
-                length = b.specials + sum(texts[_key(s, h)][1] for h in ids) + tail_len
-                agent.prompts[c.turn] = CallPrompt(tuple(ids), tail, length, reuse[c.turn])
+                agent.prompts[c.turn] = CallPrompt(tuple(ids), tail, length + tail_len, reuse[c.turn])
             out.append(agent)
         self._check_lengths(out)
         return out
@@ -164,8 +169,17 @@ class SessionPrompts:
         return content - len(self._full_ids(s, c)) * s.block_size
 
     def _places(self, width: int, count: int) -> np.ndarray:
-        """``count`` word starts in a seeded order, none twice while the pool has enough (then cycling)."""
-        starts = word_starts(self.builder, width)
+        """``count`` places in a seeded order, none twice while the pool has enough (then cycling): word starts
+        with a word start ``width`` tokens on, so that a block cut there holds whole words (and so measures its
+        length alone: words tokenize the same wherever they stand). The pool grows until it has enough."""
+        b = self.builder
+        hint = max(1, count // 2)
+        while True:
+            b.prepare(2 * width + 64, hint)
+            starts = aligned_word_starts(b, width)
+            if len(starts) >= count or hint >= 8 * count:
+                break
+            hint *= 2
         order = np.random.default_rng([self.seed & 0xFFFFFFFF, 0x5E55]).permutation(starts)
         return np.resize(order, max(count, 1))
 
@@ -175,6 +189,12 @@ class SessionPrompts:
         from the seed and the key) while it does not measure its size alone."""
         b = self.builder
         chosen = {key: b.cut(int(place), key[2]) for key, place in zip(keys, places, strict=True)}
+        sample = [chosen[k] for k in keys[:: max(1, len(keys) // _CHECKED_BLOCKS)]]
+        self.words_stand_alone = splits_at_words(b.tokenizer, sample)
+        if self.words_stand_alone and all(n - b.specials == k for k, n in zip(
+                [k[2] for k in keys[:: max(1, len(keys) // _CHECKED_BLOCKS)]], b.measure(sample), strict=True)):
+            # whole words, and a tokenizer that never merges across a space: each block is its size alone
+            return {k: (chosen[k], k[2]) for k in keys}
         pending = list(keys)
         lengths: dict[tuple[int, int, int], int] = {}
         starts = {size: word_starts(b, size) for size in sizes}
@@ -207,11 +227,10 @@ class SessionPrompts:
         return out
 
     def _check_lengths(self, sessions: list[AgentSession]) -> None:
-        """Measure a few whole prompts; when one does not measure the sum of its parts, measure them all."""
-        sample = sorted(((a, c) for a in sessions for c in _calls(a.session)),
-                        key=lambda ac: -ac[0].prompt_len(ac[1]))[:_CHECKED_PROMPTS]
-        measured = self.builder.measure([a.prompt(c) for a, c in sample])
-        if all(n == a.prompt_len(c) for (a, c), n in zip(sample, measured, strict=True)):
+        """With a tokenizer that splits at spaces, measure the longest whole prompt (a last check); otherwise, or
+        when it does not measure the sum of its parts, measure every prompt."""
+        agent, call = max(((a, c) for a in sessions for c in _calls(a.session)), key=lambda ac: ac[0].prompt_len(ac[1]))
+        if self.words_stand_alone and token_len(self.builder.tokenizer, agent.prompt(call)) == agent.prompt_len(call):
             return
         for agent in sessions:
             calls = _calls(agent.session)
@@ -223,7 +242,21 @@ def _calls(s: Session) -> list[Call]:
     return [c for chain in s.chains for c in chain.calls]
 
 
-def _key(s: Session, hash_id: int) -> tuple[int, int, int]:
-    """A block's identity: (its trace, unless ids are global; its id; its size)."""
-    scope = 0 if s.hash_id_scope == "global" else zlib.crc32(s.id.encode()) + 1
-    return scope, hash_id, s.block_size
+def splits_at_words(tokenizer: Tokenizer, texts: list[str]) -> bool:
+    """Whether the tokenizer's pre-tokenizer starts a new piece at every space of ``texts`` (byte-level BPE's and
+    SentencePiece's do): no token then spans two words, so whole-word blocks tokenize the same alone and side by
+    side. False for a tokenizer without an inspectable pre-tokenizer (a slow one): then everything is measured."""
+    pre = getattr(getattr(tokenizer, "backend_tokenizer", None), "pre_tokenizer", None)
+    if pre is None:
+        return False
+    text = "".join(texts)
+    try:
+        starts = {start for _, (start, _end) in pre.pre_tokenize_str(text)}
+    except Exception:  # an unexpected backend: measure
+        return False
+    return all(i in starts for i, ch in enumerate(text) if ch == " ")
+
+
+def _scope(s: Session) -> int:
+    """The first part of a block's identity (its trace, unless ids are global; then its id and its size)."""
+    return 0 if s.hash_id_scope == "global" else zlib.crc32(s.id.encode()) + 1
