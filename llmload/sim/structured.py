@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import random
 import zlib
-from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -29,7 +29,7 @@ from llmload.sim.text import TOKEN_COUNT, TOKENS
 _WORD_LIST = tuple(t.decode()[1:] for t in TOKENS)
 #: response_format types a request may name; ``text`` asks for nothing
 FORMAT_TYPES = ("text", "json_object", "json_schema")
-_PLANS: OrderedDict[bytes, Plan] = OrderedDict()
+#: compiled ``response_format`` plans kept, by their canonical JSON
 _PLAN_CACHE = 64
 
 
@@ -216,16 +216,14 @@ def plan_for(response_format: Any) -> Plan | None:
         raise Unsupported(f"response_format type must be one of {', '.join(FORMAT_TYPES)}, got {kind!r}")
     if response_format["type"] == "text":
         return None
-    key = orjson.dumps(response_format, option=orjson.OPT_SORT_KEYS)
-    plan = _PLANS.get(key)
-    if plan is None:
-        plan = _compile(response_format)
-        _PLANS[key] = plan
-        if len(_PLANS) > _PLAN_CACHE:
-            _PLANS.popitem(last=False)
-    else:
-        _PLANS.move_to_end(key)
-    return plan
+    return _plan_of(orjson.dumps(response_format, option=orjson.OPT_SORT_KEYS))
+
+
+@lru_cache(maxsize=_PLAN_CACHE)
+def _plan_of(key: bytes) -> Plan:
+    """The plan of one ``response_format`` (by its canonical JSON), compiled once: clients send the same one on
+    every request."""
+    return _compile(orjson.loads(key))
 
 
 def _compile(response_format: dict) -> Plan:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import random
 import zlib
-from collections import OrderedDict
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -26,8 +26,7 @@ from llmload.sim.config import SimConfig
 from llmload.sim.structured import Plan, Unsupported, draw_broken, plan_for
 from llmload.sim.text import TOKEN_COUNT, TOKENS
 
-#: compiled ``tools`` values, by their JSON text (an agent sends the same tools in every request)
-_TOOLSETS: OrderedDict[bytes, Toolset] = OrderedDict()
+#: compiled ``tools`` values kept, by their JSON text (an agent sends the same tools in every request)
 _TOOLSET_CACHE = 32
 _CHOICES = ("none", "auto", "required")
 _NAMED = 'a named tool is {"type": "function", "function": {"name": "my_function"}}'
@@ -157,16 +156,12 @@ class Toolset:
 
 def toolset_of(given: Any) -> Toolset:
     """A request's ``tools``, checked once per distinct value (an agent sends the same tools every time)."""
-    key = orjson.dumps(given)
-    toolset = _TOOLSETS.get(key)
-    if toolset is None:
-        toolset = Toolset(given)
-        _TOOLSETS[key] = toolset
-        if len(_TOOLSETS) > _TOOLSET_CACHE:
-            _TOOLSETS.popitem(last=False)
-    else:
-        _TOOLSETS.move_to_end(key)
-    return toolset
+    return _toolset_of(orjson.dumps(given))
+
+
+@lru_cache(maxsize=_TOOLSET_CACHE)
+def _toolset_of(key: bytes) -> Toolset:
+    return Toolset(orjson.loads(key))
 
 
 def _function(i: int, given: Any) -> tuple[str, dict | None]:

@@ -79,9 +79,14 @@ def playwright_or_skip():
     return sync_playwright
 
 
-def shown_turns(page) -> list[list[str]]:
-    return page.evaluate("() => [...document.querySelectorAll('#llm-turns-body tr')]"
+def shown(page, body: str) -> list[list[str]]:
+    """The cells of each row of the table body ``body`` (an element id), as the page shows them."""
+    return page.evaluate(f"() => [...document.querySelectorAll('#{body} tr')]"
                          ".map(tr => [...tr.children].map(td => td.textContent))")
+
+
+def shown_turns(page) -> list[list[str]]:
+    return shown(page, "llm-turns-body")
 
 
 @pytest.mark.needs("chromium")
@@ -108,6 +113,9 @@ def test_tab_draws_the_turn_table() -> None:
             assert shown_turns(page) == [["1", "2", "2", "200.0", "10.00", "–"],
                                          ["2", "2", "1", "50.0", "10.00", "20.0"]]
             assert float(page.get_attribute("#llm-turn-2-cached_fraction", "data-value")) == pytest.approx(20.0)
+            # the sessions table (issue 36): conversations are sessions; a's two turns completed, b's second failed
+            assert page.is_visible("#llm-sessions")
+            assert shown(page, "llm-sessions-body") == [["all", "2", "1", "4", "3", "–", "–", "20.0"]]
 
             page = chrome.new_page()
             serve(page, payload(plain))
@@ -115,6 +123,7 @@ def test_tab_draws_the_turn_table() -> None:
             page.wait_for_function("() => document.getElementById('llm-r-completed').dataset.value === '1'",
                                    timeout=15000)
             assert not page.is_visible("#llm-turns") and shown_turns(page) == []
+            assert not page.is_visible("#llm-sessions") and shown(page, "llm-sessions-body") == []
         finally:
             chrome.close()
 

@@ -290,16 +290,20 @@
     });
   }
 
-  function renderTurns(turns) {
-    var box = document.getElementById("llm-turns"), tb = document.getElementById("llm-turns-body");
-    box.style.display = turns && turns.length ? "" : "none";
+  // one row per entry of rows under the table body tbodyId (its box boxId hidden when there are none): cells of
+  // cols ([key, header, digits]; the "label" key as text, cached_fraction as %), each cell's id prefix + key
+  function renderRows(boxId, tbodyId, rows, cols, rowAttr, rowKey, cellPrefix) {
+    var box = document.getElementById(boxId), tb = document.getElementById(tbodyId);
+    box.style.display = rows && rows.length ? "" : "none";
     tb.textContent = "";
-    (turns || []).forEach(function (row) {
-      var tr = el("tr", {"data-turn": String(row.turn)});
-      TURN_COLS.forEach(function (c) {
+    (rows || []).forEach(function (row) {
+      var attrs = {};
+      attrs[rowAttr] = String(row[rowKey]);
+      var tr = el("tr", attrs);
+      cols.forEach(function (c) {
         var v = row[c[0]];
         if (c[0] === "cached_fraction" && v !== null && v !== undefined) v = v * 100;
-        var td = el("td", {id: "llm-turn-" + row.turn + "-" + c[0]});
+        var td = el("td", {id: cellPrefix + row[rowKey] + "-" + c[0]});
         tr.appendChild(td);
         td.textContent = c[0] === "label" ? String(v) : fmt(v, c[2]);
         td.setAttribute("data-value", v === null || v === undefined ? "" : String(v));
@@ -308,22 +312,12 @@
     });
   }
 
+  function renderTurns(turns) {
+    renderRows("llm-turns", "llm-turns-body", turns, TURN_COLS, "data-turn", "turn", "llm-turn-");
+  }
+
   function renderSessions(rows) {
-    var box = document.getElementById("llm-sessions"), tb = document.getElementById("llm-sessions-body");
-    box.style.display = rows && rows.length ? "" : "none";
-    tb.textContent = "";
-    (rows || []).forEach(function (row) {
-      var tr = el("tr", {"data-session-row": String(row.label)});
-      SESSION_COLS.forEach(function (c) {
-        var v = row[c[0]];
-        if (c[0] === "cached_fraction" && v !== null && v !== undefined) v = v * 100;
-        var td = el("td", {id: "llm-session-" + row.label + "-" + c[0]});
-        tr.appendChild(td);
-        td.textContent = c[0] === "label" ? String(v) : fmt(v, c[2]);
-        td.setAttribute("data-value", v === null || v === undefined ? "" : String(v));
-      });
-      tb.appendChild(tr);
-    });
+    renderRows("llm-sessions", "llm-sessions-body", rows, SESSION_COLS, "data-session-row", "label", "llm-session-");
   }
 
   function renderServer(s) {
