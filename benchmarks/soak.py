@@ -11,7 +11,10 @@ Reported: RSS over time per process (CSV and JSON under benchmarks/results/, a P
 completed, and the growth in bytes per request, a least-squares line of RSS against requests completed per process
 and for the sum, fitted over the main run after a warm-up (``--warmup-fraction`` of the requests), with R² and
 the slope of the second half over the first half (≈ 1: linear; < 0.5: flattens). The final metrics computation
-after the last request is outside the fit; its peak is reported on its own.
+after the last request is outside the fit; its peak is reported on its own. And the disk a run takes (issue 37): bench saves its
+result into a temporary folder under ``--result-dir``; the journal's size is sampled with the RSS and fitted the
+same way (bytes per request), and the records file's bytes per request and per generated token are read at the
+end; the folder is removed after, unless ``--keep-run``.
 
 Progress goes to stderr. Ctrl-C (or SIGTERM) stops bench with SIGINT, keeps sampling while it drains, writes what
 was measured (marked interrupted) and stops every process it started, by PID; a second Ctrl-C kills at once.
@@ -30,9 +33,11 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -248,6 +253,8 @@ def main() -> int:
     parser.add_argument("--name", default=None, help="output file stem (default soak-<date>-<p>)")
     parser.add_argument("--result-dir", type=Path, default=RESULTS)
     parser.add_argument("--plot", action="store_true", help="also write a PNG (needs matplotlib)")
+    parser.add_argument("--keep-run", action="store_true",
+                        help="keep bench's own result, records file and journal (default: measured, then removed)")
     args = parser.parse_args()
     if args.duration <= 0 or args.rate <= 0 or args.interval <= 0 or args.processes < 0:
         parser.error("--duration, --rate and --interval must be > 0, --processes >= 0")
@@ -279,6 +286,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_signal)
 
     rows: list[dict] = []
+    #: bench's result, records file and journal: their sizes are the disk a run takes
+    run_dir = Path(tempfile.mkdtemp(prefix=f"{stem}-run-", dir=args.result_dir))
     workers: dict[int, int | None] = {}  # pid -> start time
     sim: SimProcess | None = None
     t0 = time.monotonic()
@@ -297,6 +306,7 @@ def main() -> int:
             cmd.append("--constant-rate")
         if args.processes:
             cmd += ["--processes", str(args.processes)]
+        cmd += ["--save-result", "--result-dir", str(run_dir), "--result-filename", "run.json"]
         cmd += shlex.split(args.bench_args)
         log(f"soak: {num_prompts} requests at {args.rate:g} req/s (~{args.duration:g} s): {shlex.join(cmd[1:])}")
         t0 = time.monotonic()
@@ -321,6 +331,7 @@ def main() -> int:
                      "report" if bench.summary_at is not None or (bench.total and bench.progress
                                                                    and bench.progress[-1][1] >= bench.total)
                      else "run")
+            journal_bytes = sum(p.stat().st_size for p in run_dir.glob("*.journal.jsonl"))
             for pid in pids:
                 kb = rss_kb(pid)
                 if kb is None:
@@ -332,7 +343,7 @@ def main() -> int:
                     "completed": None if done is None or base_done is None else done - base_done,
                     "client_done": bench.progress[-1][1] if bench.progress else 0,
                     "role": "master" if pid == bench.pid else "worker",
-                    "pid": pid, "rss_kb": kb,
+                    "pid": pid, "rss_kb": kb, "journal_bytes": journal_bytes,
                 })
             if now >= next_report and pids:
                 parts = []
@@ -363,14 +374,34 @@ def main() -> int:
 
     if bench is None:
         return 130
-    return write_results(args, stem, rows, bench, num_prompts, interrupted, cmd)
+    try:
+        return write_results(args, stem, rows, bench, num_prompts, interrupted, cmd, run_dir)
+    finally:
+        if not args.keep_run:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def disk_used(rows: list[dict], run_dir: Path, summary: dict, requests: int, cutoff: float) -> dict:
+    """The journal's growth per request completed (a fit over the run, as for RSS), and the records file's bytes
+    per request and per generated token."""
+    pts = sorted({(r["completed"], r["journal_bytes"]) for r in rows
+                  if r["phase"] == "run" and r["completed"] is not None and r["completed"] >= cutoff})
+    x, y = (np.array(v, dtype=float) for v in zip(*pts, strict=True)) if pts else (np.array([]), np.array([]))
+    records = run_dir / "run.records.jsonl"
+    size = records.stat().st_size if records.exists() else None
+    tokens = summary.get("generated_tokens") or 0
+    return {"journal_fit": fit(x, y), "records_file_bytes": size,
+            "records_file_bytes_per_request": size / requests if size and requests else None,
+            "records_file_bytes_per_token": size / tokens if size and tokens else None,
+            "generated_tokens": tokens or None}
 
 
 def write_results(args: argparse.Namespace, stem: str, rows: list[dict], bench: Bench, num_prompts: int,
-                  interrupted: bool, cmd: list[str]) -> int:
+                  interrupted: bool, cmd: list[str], run_dir: Path) -> int:
     out_csv = args.result_dir / f"{stem}.csv"
     with open(out_csv, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["t_s", "phase", "completed", "client_done", "role", "pid", "rss_kb"])
+        writer = csv.DictWriter(f, fieldnames=["t_s", "phase", "completed", "client_done", "role", "pid", "rss_kb",
+                                               "journal_bytes"])
         writer.writeheader()
         writer.writerows(rows)
 
@@ -423,6 +454,7 @@ def write_results(args: argparse.Namespace, stem: str, rows: list[dict], bench: 
         "fit_note": "RSS (bytes) against requests completed by the whole client, over the main run after the "
                     "warm-up; for a worker, bytes per request it measured itself is about bytes_per_request x "
                     "processes",
+        "disk": disk_used(rows, run_dir, summary, completed_total or max_done, cutoff),
         "samples_csv": out_csv.name,
         "bench_stdout": bench.stdout,
     }
@@ -446,6 +478,12 @@ def write_results(args: argparse.Namespace, stem: str, rows: list[dict], bench: 
                   f"{ratio if ratio is not None else '-':>7}  {f['shape']}")
         else:
             print(f"{name:<18} {start} {end} {peak}  (too few samples to fit: {f['points']})")
+    disk = result["disk"]
+    journal = disk["journal_fit"].get("bytes_per_request")
+    print("disk: journal " + (f"{journal:,.0f} B/request" if journal is not None else "(too few samples)")
+          + (f", records file {disk['records_file_bytes_per_request']:,.0f} B/request" if
+             disk["records_file_bytes_per_request"] else "")
+          + (f" ({disk['records_file_bytes_per_token']:,.1f} B/token)" if disk["records_file_bytes_per_token"] else ""))
     print(f"wrote {out_csv}, {out_json}" + (f", {out_json.with_suffix('.png')}" if args.plot else ""))
     return 130 if interrupted else (0 if bench.proc.returncode == 0 else 1)
 
@@ -453,7 +491,7 @@ def write_results(args: argparse.Namespace, stem: str, rows: list[dict], bench: 
 def parse_summary(lines: list[str]) -> dict:
     keys = {"Successful requests": "successful", "Failed requests": "failed", "Cut off by end of run": "cut_off",
             "Benchmark duration (s)": "duration_s", "Request throughput (req/s)": "req_per_s",
-            "Lost with dead workers": "lost"}
+            "Lost with dead workers": "lost", "Total generated tokens": "generated_tokens"}
     out: dict = {}
     for line in lines:
         name, _, value = line.partition(":")
