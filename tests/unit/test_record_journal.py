@@ -156,3 +156,28 @@ def test_llmload_report_reads_a_journal_alone(tmp_path: Path) -> None:
     first, last = min(r.start for r in records), max(r.chunk_times[-1] for r in records)
     assert abs(run.duration - (last - first)) < 1e-9
     assert any("without a result JSON" in note for note in run.notes)
+
+
+def test_the_journal_packs_chunk_times_and_reads_them_back_bit_for_bit(tmp_path: Path) -> None:
+    """Issue 37: a 200-token record's chunk times go into the journal packed (~7 characters a time, not ~19 as
+    JSON numbers) and its one-token counts as a count; read_records gives back the same record."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    records = []
+    for k in range(20):
+        r = _record(k, f"text {k}", tokens=200)
+        r.chunk_times = (np.cumsum(rng.exponential(0.01, 200)) + 50_000.0 + k).tolist()
+        records.append(r)
+    plain = [RequestRecord.from_dict(r.to_dict()) for r in records]
+    journal = RecordJournal(tmp_path / "run.journal.jsonl", print)
+    held = _kept(records, journal)
+    line = (tmp_path / "run.journal.jsonl").read_bytes().splitlines()[0]
+    assert b'"chunk_times":{"packed":"' in line and b'"chunk_tokens":{"ones":200}' in line
+    plain_line = orjson.dumps(plain[0].to_dict())
+    assert len(line) < len(plain_line) / 2, (len(line), len(plain_line))  # JSON numbers: ~20 bytes a time
+    back = read_records(tmp_path / "run.journal.jsonl")
+    assert [r.to_dict() for r in back] == [r.to_dict() for r in plain] == [r.to_dict() for r in held]
+    for r, p in zip(back, plain, strict=True):
+        assert np.asarray(r.chunk_times).view(np.uint64).tolist() == np.asarray(p.chunk_times).view(
+            np.uint64).tolist()

@@ -62,7 +62,7 @@ class RecordJournal:
         """Write ``record`` as one line and, when it has a text, drop the text from memory."""
         if self.failed:
             return
-        data = record.to_dict()
+        data = record.to_dict(compact=True)
         text = data.pop("generated_text")
         head = orjson.dumps(data)[:-1] + _TEXT_KEY
         value = orjson.dumps(text)
