@@ -299,7 +299,8 @@ class RequestRecord:
         times, counts = self.chunk_times, self.chunk_tokens
         out["chunk_times"] = {"packed": times.to_text()} if compact and isinstance(times, PackedTimes) else list(times)
         out["chunk_tokens"] = {"ones": len(counts)} if compact and isinstance(counts, UnitCounts) else list(counts)
-        out["end"] = self.end  # derived (the last counted event), written for readers of the records file
+        if isinstance(out["chunk_times"], list):  # derived (the last counted event), for the records file's readers
+            out["end"] = out["chunk_times"][-1] if out["chunk_times"] else None
         if self.held_text is not None:
             out["generated_text"] = self.held_text.read()
         return out
