@@ -121,7 +121,7 @@ def result_data(done: Finished, metrics: Any, records: list, health_report: dict
                  base_url=target.shown, num_prompts=len(done.run.schedule), health=health_report,
                  not_sent=outcome.unsent, interrupted_by=outcome.interrupted_by, observed=outcome.observed,
                  workers=outcome.workers, lost=outcome.lost, metadata=plan.metadata,
-                 detailed=request_lists(records, metrics, detailed=bool(args.save_detailed)),
+                 detailed=request_lists(records, metrics, detailed=bool(args.save_detailed), streamed=True),
                  workload=done.run.workload, extras=outcome.extras)
 
 

@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from llmload.metrics.streamed import StreamedList
 from llmload.options import option_value
 from llmload.processes.interrupts import signal_name
 
@@ -85,6 +86,8 @@ def json_safe(value: Any) -> Any:
         return "inf" if value > 0 else "-inf"
     if isinstance(value, dict):
         return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, StreamedList):  # made safe item by item as it is written, never held whole
+        return value.mapped(json_safe)
     if isinstance(value, list | tuple):
         return [json_safe(v) for v in value]
     return value
@@ -95,13 +98,16 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 
     JSON has no infinity or NaN: a non-finite float is written as the string ``"inf"`` / ``"-inf"`` (as vLLM's
     ``benchmark_serving.py`` writes ``"request_rate": "inf"``) or as ``null`` for NaN (see :func:`json_safe`).
-    Anything else that is not JSON raises ``ValueError`` / ``TypeError`` before the file is replaced."""
-    text = json.dumps(json_safe(data), indent=2, allow_nan=False)
+    Anything else that is not JSON raises ``ValueError`` / ``TypeError`` before the file is replaced. Written as
+    it is encoded (the same text ``json.dumps(data, indent=2)`` makes), so per-request lists that are
+    :class:`~llmload.metrics.streamed.StreamedList` are never held whole, as items or as text."""
+    chunks = json.JSONEncoder(indent=2, allow_nan=False).iterencode(json_safe(data))
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+            for chunk in chunks:
+                f.write(chunk)
             f.write("\n")
         os.replace(tmp, path)
     except BaseException:
@@ -113,7 +119,8 @@ def append_json_line(path: Path, data: dict[str, Any]) -> None:
     """``--append-result``: ``data`` as one compact JSON line at the end of ``path`` (created when missing), as
     ``vllm bench serve`` appends: a newline first when the file holds something, so runs make a JSON Lines
     file. Standard JSON (:func:`json_safe`); the line is written whole with one ``write``."""
-    text = json.dumps(json_safe(data), separators=(",", ":"), allow_nan=False)
+    # the Python encoder (iterencode), which iterates a StreamedList; json.dumps' C one would write it as []
+    text = "".join(json.JSONEncoder(separators=(",", ":"), allow_nan=False).iterencode(json_safe(data)))
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+", encoding="utf-8") as f:
         f.seek(0, os.SEEK_END)

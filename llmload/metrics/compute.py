@@ -7,7 +7,7 @@ requests count 0 output tokens and no input tokens, and are left out of every la
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from llmload.metrics.accumulator import MetricsAccumulator
@@ -23,6 +23,7 @@ from llmload.metrics.definitions import (
     ttft_s,
 )
 from llmload.metrics.result import BenchmarkMetrics
+from llmload.metrics.streamed import StreamedList
 
 if TYPE_CHECKING:
     from llmload.metrics.request import MeasuredRequest
@@ -78,32 +79,42 @@ def failure_counts(records: Sequence[MeasuredRequest]) -> tuple[dict[str, int], 
 
 
 def request_lists(records: Sequence[MeasuredRequest], metrics: BenchmarkMetrics | None = None, *,
-                  detailed: bool = False) -> dict[str, list]:
+                  detailed: bool = False, streamed: bool = False) -> dict[str, list]:
     """The per-request lists of today's ``vllm bench serve`` result JSON, one entry per request in input order:
     ``latencies`` (E2E seconds, 0.0 where none) and ``queue_times`` (seconds a request waited past its
     intended send: for a ``--max-concurrency`` slot, or behind the dispatcher; 0.0 in closed loop) always;
-    with ``detailed`` also ``start_times`` (the records' clock) and :func:`detailed_lists`."""
+    with ``detailed`` also ``start_times`` (the records' clock) and :func:`detailed_lists`. ``streamed``: each list
+    a :class:`~llmload.metrics.streamed.StreamedList`, made from the records as the result JSON is written."""
     out: dict[str, list] = {
-        "latencies": [e if is_completed(r) and (e := e2el_s(r)) is not None else 0.0 for r in records],
-        "queue_times": [q if (q := queue_time_s(r)) is not None else 0.0 for r in records],
+        "latencies": _per_request(records, lambda r: e if is_completed(r) and (e := e2el_s(r)) is not None else 0.0,
+                                  streamed),
+        "queue_times": _per_request(records, lambda r: q if (q := queue_time_s(r)) is not None else 0.0, streamed),
     }
     if detailed:
-        out["start_times"] = [r.start for r in records]
-        out.update(detailed_lists(records, metrics))
+        out["start_times"] = _per_request(records, lambda r: r.start, streamed)
+        out.update(detailed_lists(records, metrics, streamed=streamed))
     return out
 
 
-def detailed_lists(records: Sequence[MeasuredRequest], metrics: BenchmarkMetrics | None = None) -> dict[str, list]:
+def _per_request(records: Sequence[MeasuredRequest], value: Callable[[Any], Any], streamed: bool) -> list:
+    """``[value(r) for r in records]``, or the :class:`StreamedList` that makes it when written."""
+    if streamed:
+        return StreamedList(len(records), lambda: (value(r) for r in records))
+    return [value(r) for r in records]
+
+
+def detailed_lists(records: Sequence[MeasuredRequest], metrics: BenchmarkMetrics | None = None, *,
+                   streamed: bool = False) -> dict[str, list]:
     """vLLM's ``--save-detailed`` lists, one entry per request in input order (times in seconds; ``input_lens``
     the dataset's prompt lengths, as vLLM; ``ttfts`` is 0.0 where no first token arrived, as vLLM's default)."""
     output_lens = metrics.output_lens if metrics is not None else None
     if output_lens is None or len(output_lens) != len(records):
         output_lens = [output_tokens(r) for r in records]
     return {
-        "input_lens": [input_tokens(r) for r in records],
+        "input_lens": _per_request(records, input_tokens, streamed),
         "output_lens": list(output_lens),
-        "ttfts": [t if (t := ttft_s(r)) is not None else 0.0 for r in records],
-        "itls": [itls_s(r) for r in records],
-        "generated_texts": [r.text() for r in records],
-        "errors": [r.error for r in records],
+        "ttfts": _per_request(records, lambda r: t if (t := ttft_s(r)) is not None else 0.0, streamed),
+        "itls": _per_request(records, itls_s, streamed),
+        "generated_texts": _per_request(records, lambda r: r.text(), streamed),
+        "errors": _per_request(records, lambda r: r.error, streamed),
     }
