@@ -38,10 +38,11 @@ class CancelAfter:
     tokens: bool = False
 
     @classmethod
-    def parse(cls, text: str) -> CancelAfter:
-        """A spec (module docstring); :class:`ConfigError` says what a bad one should look like."""
+    def parse(cls, text: str, flag: str = "--cancel-after", tokens_allowed: bool = True) -> CancelAfter:
+        """A spec (module docstring); :class:`ConfigError`, naming ``flag``, says what a bad one should look like.
+        ``tokens_allowed`` False: seconds only (``--tool-latency``)."""
         spec = text.strip()
-        tokens = spec.startswith("tokens:")
+        tokens = tokens_allowed and spec.startswith("tokens:")
         if tokens:
             spec = spec[len("tokens:"):]
         parts = spec.split(":")
@@ -52,7 +53,9 @@ class CancelAfter:
             args = ()
         if (name not in _DISTRIBUTIONS or len(args) != _DISTRIBUTIONS[name] or any(a < 0 for a in args)
                 or (name == "uniform" and args[0] > args[1]) or (name == "exp" and args[0] <= 0)):
-            raise ConfigError(f"--cancel-after {text!r}: expected SECONDS, exp:MEAN, uniform:LOW:HIGH, or tokens: "
+            if not tokens_allowed:
+                raise ConfigError(f"{flag} {text!r}: expected SECONDS, exp:MEAN or uniform:LOW:HIGH")
+            raise ConfigError(f"{flag} {text!r}: expected SECONDS, exp:MEAN, uniform:LOW:HIGH, or tokens: "
                               "before any of them (tokens:50, tokens:uniform:10:200)")
         return cls(name, args, tokens)
 

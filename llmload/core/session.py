@@ -106,9 +106,8 @@ class _Replay:
 
     def send(self, chain: Any, call: Any, due: float) -> RequestRecord:
         record = self.record_for(chain, call, due)
-        sample = SampleRequest(self.agent.prompt(call), record.prompt_len, record.expected_output_len,
-                               request_id=record.request_id,
-                               stream=None if call.stream or self.policy.stream_all else False)
+        sample = self.agent.call_sample(call, record.request_id,
+                                        stream=None if call.stream or self.policy.stream_all else False)
         try:
             self.sender.send(replace(self.request, sample=sample), record.intended_send, record)
         except GreenletExit:
@@ -196,6 +195,4 @@ def single_request(sample: SampleRequest) -> SampleRequest:
     if agent is None:
         return sample
     chain = next(c for c in agent.session.chains if c.calls)
-    call = chain.calls[0]
-    return SampleRequest(agent.prompt(call), agent.prompt_len(call), max(1, call.output_tokens),
-                         request_id=sample.request_id)
+    return agent.call_sample(chain.calls[0], sample.request_id)

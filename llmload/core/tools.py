@@ -122,10 +122,4 @@ def tool_latency(spec: str) -> Any:
     :class:`~llmload.core.cancel.CancelAfter` of seconds; ConfigError for anything else."""
     from llmload.core.cancel import CancelAfter
 
-    text = (spec or "").strip()
-    try:
-        if text.startswith("tokens:"):
-            raise ConfigError("")
-        return CancelAfter.parse(text)
-    except ConfigError:
-        raise ConfigError(f"--tool-latency {spec!r}: expected SECONDS, exp:MEAN or uniform:LOW:HIGH") from None
+    return CancelAfter.parse(spec or "", "--tool-latency", tokens_allowed=False)

@@ -56,15 +56,20 @@ def _cell(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _table_line(cells: tuple[str, ...], columns: tuple[tuple[str, int], ...]) -> str:
+    """One line of a compact table: each cell right-aligned in its column's width."""
+    return "".join(f"{c:>{w}}" for c, (_, w) in zip(cells, columns, strict=True))
+
+
 def turn_table(turns: tuple[TurnStats, ...]) -> list[str]:
     """The compact per-turn table: a header line, then one right-aligned row per turn row (ms, tokens, %)."""
-    lines = ["".join(f"{h:>{w}}" for h, w in _TURN_COLUMNS)]
+    lines = [_table_line(tuple(h for h, _ in _TURN_COLUMNS), _TURN_COLUMNS)]
     for t in turns:
         cached = None if t.cached_fraction is None else t.cached_fraction * 100.0
         cells = (t.label, str(t.requests), _cell(t.ttft.median_ms if t.completed else None, ".2f"),
                  _cell(t.tpot.median_ms if t.tpot.count else None, ".2f"), _cell(t.mean_prompt_tokens, ".1f"),
                  _cell(cached, ".1f"))
-        lines.append("".join(f"{c:>{w}}" for c, (_, w) in zip(cells, _TURN_COLUMNS, strict=True)))
+        lines.append(_table_line(cells, _TURN_COLUMNS))
     return lines
 
 
@@ -119,13 +124,13 @@ def _session_lines(s: SessionStats) -> list[str]:
     if s.trace_reuse_fraction is not None:
         lines.append(float_line("Traces' own reuse (hash ids) (%):", s.trace_reuse_fraction * 100.0))
     if s.chains:
-        lines += [heading("By chain type", "-"), "".join(f"{h:>{w}}" for h, w in _CHAIN_COLUMNS)]
+        lines += [heading("By chain type", "-"), _table_line(tuple(h for h, _ in _CHAIN_COLUMNS), _CHAIN_COLUMNS)]
         for c in s.chains:
             cached = None if c.cached_fraction is None else c.cached_fraction * 100.0
             cells = (c.agent_type[:12], str(c.calls), _cell(c.ttft.median_ms if c.ttft.count else None, ".2f"),
                      _cell(dict(c.ttft.percentiles_ms).get(99.0) if c.ttft.count else None, ".2f"),
                      _cell(cached, ".1f"))
-            lines.append("".join(f"{x:>{w}}" for x, (_, w) in zip(cells, _CHAIN_COLUMNS, strict=True)))
+            lines.append(_table_line(cells, _CHAIN_COLUMNS))
     return [*lines, "=" * WIDTH]
 
 

@@ -13,7 +13,7 @@ trace prompt: the prefix blocks stay as they are. docs/arrivals.md, "Mooncake tr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from importlib.resources import files
 from pathlib import Path
 
@@ -105,14 +105,24 @@ class BlockPrompts:
 def prefix_reuse(rows: Sequence[TraceRow], block_size: int = DEFAULT_BLOCK_SIZE) -> list[int]:
     """Per row, the prompt tokens an unbounded prefix cache holds from the rows before it: ``block_size`` times
     the longest run of its leading full blocks that an earlier row began with (the trace's own reuse)."""
-    seen: set[tuple[int, ...]] = set()
+    return chained_reuse([(r.hash_ids or ())[: r.input_tokens // block_size] for r in rows], block_size)
+
+
+def chained_reuse(chains: Iterable[Sequence[int]], block_size: int) -> list[int]:
+    """For each chain of block ids in the order given, the tokens of its leading blocks that an earlier chain
+    already began with: what a prefix cache that never evicts serves (a block hits only after a prefix of hits,
+    as vLLM's and SGLang's caches chain their block hashes). A trie of the chains seen: linear in their blocks."""
+    nodes: dict[tuple[int, int], int] = {}
     out = []
-    for row in rows:
-        ids = tuple(row.hash_ids or ())
-        full = min(len(ids), row.input_tokens // block_size)
-        k = 0
-        while k < full and ids[: k + 1] in seen:
-            k += 1
-        out.append(k * block_size)
-        seen.update(ids[: j + 1] for j in range(full))
+    for chain in chains:
+        parent, reused, hit = 0, 0, True
+        for block in chain:
+            node = nodes.get((parent, block))
+            if node is None:
+                node = nodes[(parent, block)] = len(nodes) + 1
+                hit = False
+            elif hit:
+                reused += block_size
+            parent = node
+        out.append(reused)
     return out

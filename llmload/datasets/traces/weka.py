@@ -27,6 +27,7 @@ from typing import Any
 
 from llmload.common.errors import DatasetError
 from llmload.datasets.base import reading
+from llmload.datasets.traces.blocks import chained_reuse
 
 #: a call's ``type``: non-streaming or streaming
 CALL_TYPES = ("n", "s")
@@ -133,32 +134,14 @@ class Session:
     def ideal_reuse_tokens(self) -> int:
         """Prompt tokens a prefix cache that never evicts could serve when the calls go out in turn order (the
         trace's own reuse; a replay sends sub-agents beside their parent, so its order can differ)."""
-        return sum(self.reuse_by_turn().values())
-
-    def reuse_by_turn(self) -> dict[int, int]:
-        """Each call's part of :meth:`ideal_reuse_tokens`, by its turn."""
         calls = sorted((c for chain in self.chains for c in chain.calls), key=lambda c: c.turn)
-        return {c.turn: n for c, n in zip(calls, prefix_reuse(calls, self.block_size), strict=True)}
+        return sum(prefix_reuse(calls, self.block_size))
 
 
 def prefix_reuse(calls: list[Call], block_size: int) -> list[int]:
     """For each call in the order given, the prompt tokens of its leading blocks that an earlier call already sent
-    with the same blocks before them: what a prefix cache that never evicts serves (a block hits only after a
-    prefix of hits, as vLLM's and SGLang's caches chain their block hashes)."""
-    nodes: dict[tuple[int, int], int] = {}
-    out = []
-    for call in calls:
-        parent, reused, hit = 0, 0, True
-        for block in call.hash_ids:
-            node = nodes.get((parent, block))
-            if node is None:
-                node = nodes[(parent, block)] = len(nodes) + 1
-                hit = False
-            elif hit:
-                reused += block_size
-            parent = node
-        out.append(reused)
-    return out
+    (:func:`~llmload.datasets.traces.blocks.chained_reuse` of their hash ids)."""
+    return chained_reuse([c.hash_ids for c in calls], block_size)
 
 
 def read_sessions(path: Path) -> list[Session]:

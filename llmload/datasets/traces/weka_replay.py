@@ -21,7 +21,7 @@ The prompt texts are not held: a call's prompt is joined from the session's bloc
 from __future__ import annotations
 
 import zlib
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,9 +29,9 @@ import numpy as np
 
 from llmload.common.errors import DatasetError
 from llmload.datasets.base import SampleRequest, Tokenizer, token_len
-from llmload.datasets.traces.blocks import aligned_word_starts, word_starts
+from llmload.datasets.traces.blocks import aligned_word_starts, chained_reuse, word_starts
 from llmload.datasets.traces.prompts import PromptBuilder
-from llmload.datasets.traces.weka import Call, Chain, Session, prefix_reuse, read_sessions
+from llmload.datasets.traces.weka import Call, Chain, Session, read_sessions
 
 #: another place is drawn for a block that does not measure ``block_size`` tokens alone, this many times
 _BLOCK_ATTEMPTS = 8
@@ -74,6 +74,11 @@ class AgentSession:
 
     def prompt_len(self, call: Call) -> int:
         return self.prompts[call.turn].prompt_len
+
+    def call_sample(self, call: Call, request_id: str, stream: bool | None = None) -> SampleRequest:
+        """What one call sends: its prompt, joined now, ``max_tokens`` its ``out`` (at least 1)."""
+        return SampleRequest(self.prompt(call), self.prompt_len(call), max(1, call.output_tokens),
+                             request_id=request_id, stream=stream)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON values: what a job item carries to a worker (a session stays on one worker)."""
@@ -144,9 +149,9 @@ class SessionPrompts:
         out = []
         for s in sessions:
             scope = _scope(s)
-            ordered = sorted(_calls(s), key=lambda c: c.turn)
-            sent = [replace(c, hash_ids=full[s.id, c.turn]) for c in ordered]  # the blocks the prompts hold
-            reuse = {c.turn: n for c, n in zip(ordered, prefix_reuse(sent, s.block_size), strict=True)}
+            ordered = sorted(_calls(s), key=lambda c: c.turn)  # the blocks the prompts hold, in turn order
+            sent = chained_reuse([full[s.id, c.turn] for c in ordered], s.block_size)
+            reuse = {c.turn: n for c, n in zip(ordered, sent, strict=True)}
             agent = AgentSession(s, ideal_reuse_tokens=sum(reuse.values()))
             for c in _calls(s):
                 ids = full[s.id, c.turn]
@@ -189,10 +194,11 @@ class SessionPrompts:
         from the seed and the key) while it does not measure its size alone."""
         b = self.builder
         chosen = {key: b.cut(int(place), key[2]) for key, place in zip(keys, places, strict=True)}
-        sample = [chosen[k] for k in keys[:: max(1, len(keys) // _CHECKED_BLOCKS)]]
+        spread = keys[:: max(1, len(keys) // _CHECKED_BLOCKS)]
+        sample = [chosen[k] for k in spread]
         self.words_stand_alone = splits_at_words(b.tokenizer, sample)
-        if self.words_stand_alone and all(n - b.specials == k for k, n in zip(
-                [k[2] for k in keys[:: max(1, len(keys) // _CHECKED_BLOCKS)]], b.measure(sample), strict=True)):
+        if self.words_stand_alone and all(n - b.specials == k[2]
+                                          for k, n in zip(spread, b.measure(sample), strict=True)):
             # whole words, and a tokenizer that never merges across a space: each block is its size alone
             return {k: (chosen[k], k[2]) for k in keys}
         pending = list(keys)
