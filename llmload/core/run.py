@@ -205,7 +205,7 @@ class Outcome:
     that count as the client's, what was never sent, and (distributed) each worker's part and what was lost
     with dead workers."""
 
-    records: list[RequestRecord]
+    records: Sequence[RequestRecord]
     duration: float
     schedule_lags_s: list[float] | None
     unsent: int
@@ -226,7 +226,7 @@ class Outcome:
 class Measured:
     """A finished run's records (in send order, outputs counted) and its metrics."""
 
-    records: list[RequestRecord]
+    records: Sequence[RequestRecord]
     metrics: Any
 
 

@@ -14,11 +14,13 @@ from gevent.event import Event
 
 from llmload.client.records import RequestRecord
 from llmload.client.records.journal import RecordJournal
+from llmload.client.records.kept import KeptRecords, record_key
 from llmload.core import protocol
 from llmload.core.conversation import request_count
 from llmload.core.messages import clock_offset, job_items, read_records_message
 from llmload.core.protocol import START_LEAD_S, Done, Job, Revoke, Stop, TokenGate
 from llmload.core.schedule import Schedule
+from llmload.distributed.indices import IndexSet
 
 #: requests re-balanced to a joining worker are due at least this far in the future
 REBALANCE_MARGIN_S = 2.0
@@ -35,16 +37,17 @@ def split_concurrency(total: int | None, workers: int) -> list[int | None]:
 class WorkerState:
     client_id: str
     index: int
-    assigned: set[int] = field(default_factory=set)
-    dispatched: set[int] = field(default_factory=set)
+    #: global schedule indices, one bit each (:class:`IndexSet`: a soak's bookkeeping stays small)
+    assigned: IndexSet = field(default_factory=IndexSet)
+    dispatched: IndexSet = field(default_factory=IndexSet)
     #: global indices of the records received from it
-    received: set[int] = field(default_factory=set)
+    received: IndexSet = field(default_factory=IndexSet)
     records: int = 0
     done: bool = False
     lost: bool = False
     health: dict[str, Any] | None = None
     #: its unsent requests, given to other workers when it was thought dead
-    reassigned_away: set[int] = field(default_factory=set)
+    reassigned_away: IndexSet = field(default_factory=IndexSet)
     #: it stopped on its own (a signal to the worker) and said so in llm_done; ``left``: its rest was re-assigned
     leaving: bool = False
     left: bool = False
@@ -58,7 +61,7 @@ class WorkerState:
     @property
     def unsent(self) -> list[int]:
         """Its requests it has not said it sent and has sent no record of: what another worker may send."""
-        return sorted(self.assigned - self.dispatched - self.received)
+        return list(self.assigned - self.dispatched - self.received)
 
     @property
     def in_flight(self) -> int:
@@ -107,7 +110,8 @@ def hand_over(state: WorkerState, todo: list[int], workers: Iterable[WorkerState
 
 @dataclass
 class MasterResult:
-    records: list[RequestRecord]
+    #: in send order (a :class:`~llmload.client.records.kept.JournalRecords`: read back from the journal)
+    records: Sequence[RequestRecord]
     start: float
     end: float
     workers: list[WorkerState]
@@ -144,10 +148,11 @@ class BenchMaster:
         #: which workers proved they hold the cluster token (all of them when there is none)
         self.gate = TokenGate(runner, token, log)
         self.workers: dict[str, WorkerState] = {}
-        #: (schedule index, turn) -> record: a conversation files each of its turns under its own index
-        self.records: dict[tuple[int, int], RequestRecord] = {}
+        #: the run's records, in the journal (in memory only where it cannot be written): a conversation files
+        #: each of its turns under its own index and turn (:func:`~llmload.client.records.kept.record_key`)
+        self.records = KeptRecords(None)
         #: requests re-assigned from a dead worker: sent late on purpose, so not counted as client lag
-        self.reassigned: set[int] = set()
+        self.reassigned = IndexSet()
         self._index_of: dict[str, int] = {}
         self._my_clock = clock_offset()
         runner.register_message(protocol.RECORDS, self._on_records)
@@ -201,15 +206,13 @@ class BenchMaster:
             record.compact()
             record.worker = state.name if state else msg.node_id
             key = record.conversation_id or record.request_id
-            index = self._index_of.get(key, -1 - len(self.records))
-            self.records[(index, record.turn)] = record
+            index = self._index_of.get(key, -1 - self.records.received)
             if state is not None:
                 state.records += 1
                 state.received.add(index)
             if self.on_record is not None:
                 self.on_record(record)
-            if self.journal is not None:
-                self.journal.add(record)
+            self.records.add(record, record_key(index, record.turn))
         if state is not None:
             state.dispatched.update(batch.dispatched)
 
@@ -235,13 +238,13 @@ class BenchMaster:
         n = len(client_ids)
         shares = split_concurrency(max_concurrency, n)
         # a master runs one job after another (a sweep's points): nothing of the last one carries over
-        self.records, self.reassigned, self.workers = {}, set(), {}
+        self.records, self.reassigned, self.workers = KeptRecords(self.journal), IndexSet(), {}
         start = perf_counter() + START_LEAD_S
         job = _Job(run_config, schedule, start, start + clock_offset(), stop_timeout, think)
         self._index_of = schedule.index_of()
         for k, cid in enumerate(client_ids):
             state = WorkerState(cid, self.runner.get_worker_index(cid))
-            state.assigned = {e.index for e in schedule.share(k, n)}
+            state.assigned = IndexSet(e.index for e in schedule.share(k, n))
             self.workers[cid] = state
             self._send_job(state, sorted(state.assigned), job, shares[k], first=True)
         stopped = forced = False
@@ -282,12 +285,13 @@ class BenchMaster:
             self._send_parts(parts, job)
 
     def _result(self, job: _Job) -> MasterResult:
-        end = max((r.end for r in self.records.values() if r.end is not None), default=perf_counter())
-        end = max(end, max((r.start for r in self.records.values()), default=job.start))
+        kept = self.records
+        end = kept.last_end if kept.last_end is not None else perf_counter()
+        end = max(end, kept.last_start if kept.last_start is not None else job.start)
         lost = sum(s.in_flight for s in self.workers.values() if s.lost)
-        records = [self.records[i] for i in sorted(self.records)]
-        lags = [lag for (i, _turn), r in sorted(self.records.items())
-                if i not in self.reassigned and (lag := r.schedule_lag) is not None]
+        counted = kept.distinct()
+        records = kept.in_send_order(counted)
+        lags = kept.lags(counted, self.reassigned.__contains__).tolist()
         unsent = request_count(job.schedule) - len(records) - lost
         return MasterResult(records, job.start, end, list(self.workers.values()), lost, max(0, unsent), lags)
 
@@ -320,7 +324,7 @@ class BenchMaster:
                     self.runner.send_message(protocol.REVOKE, Revoke(take).data(), client_id=state.client_id)
                     moved.extend(take)
             if moved:
-                newcomer.assigned = set(moved)
+                newcomer.assigned = IndexSet(moved)
                 self._send_job(newcomer, sorted(moved), job, None, first=True)
                 log(f"{newcomer.name} joined: it takes {len(moved)} not yet due requests from the others")
             else:

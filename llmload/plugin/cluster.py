@@ -38,6 +38,7 @@ from llmload.core.protocol import (
     TokenGate,
 )
 from llmload.core.schedule import LiveSchedule, Schedule
+from llmload.distributed.indices import IndexSet
 from llmload.distributed.master import WorkerState, alive_workers, lose_worker
 from llmload.plugin.console import tell
 
@@ -80,7 +81,7 @@ class ClusterRole:
     #: worker: jobs received (the plan and each llm_job)
     jobs_received: int
     #: master: schedule indices re-assigned from lost workers (sent late on purpose: no schedule lag)
-    reassigned: set[int]
+    reassigned: IndexSet
     #: master: request (or conversation) id -> schedule index
     request_index: dict[str, int]
 
@@ -159,7 +160,7 @@ class ClusterRole:
             s = self.schedule
             live = {"rate": s.rate, "burstiness": s.burstiness, "seed": s.seed,
                     "classes": class_weights(self.environment)}
-        self.cluster, self.jobs, self.reassigned = {}, {}, set()
+        self.cluster, self.jobs, self.reassigned = {}, {}, IndexSet()
         track = live is None and self.open_loop and self.headless
         for k, client in enumerate(clients):
             if live is not None:
@@ -170,7 +171,7 @@ class ClusterRole:
                 items = job_items(self.schedule, indices)
                 if track:
                     state = WorkerState(client.id, self.runner.get_worker_index(client.id))
-                    state.assigned = set(indices)
+                    state.assigned = IndexSet(indices)
                     self.cluster[client.id] = state
             self.jobs[client.id] = 1
             job = Job(items, start_wall, first=True, part=(k, count), max_concurrency=caps[k],

@@ -40,6 +40,7 @@ from llmload.core.protocol import Done, Finished, Job, SetRate
 from llmload.core.schedule import LiveSchedule, Schedule, Scheduled, request_ids
 from llmload.core.sink import BatchShipper, RecordList
 from llmload.core.state import RunState
+from llmload.distributed.indices import IndexSet
 from llmload.options import option_value
 from llmload.plugin.cluster import ClusterRole
 from llmload.plugin.console import tell
@@ -92,7 +93,7 @@ class LocustRun(ClusterRole, RunState):
         self._start_wall = 0.0
         self.cluster = {}
         self.jobs = {}
-        self.reassigned = set()
+        self.reassigned = IndexSet()
         self.request_index = {}
         #: worker: jobs received (the plan, then a lost worker's requests), and their extra dispatchers
         self.jobs_received = 1

@@ -58,10 +58,11 @@ class RecordJournal:
         """Every record added is in the journal."""
         return not self.failed
 
-    def add(self, record: RequestRecord) -> None:
-        """Write ``record`` as one line and, when it has a text, drop the text from memory."""
+    def add(self, record: RequestRecord) -> tuple[int, int] | None:
+        """Write ``record`` as one line and, when it has a text, drop the text from memory. Returns where the line
+        is (offset, length), or None when the journal could not take it."""
         if self.failed:
-            return
+            return None
         data = record.to_dict(compact=True)
         text = data.pop("generated_text")
         head = orjson.dumps(data)[:-1] + _TEXT_KEY
@@ -74,12 +75,14 @@ class RecordJournal:
             where = f" {self.path}" if self.path is not None else ""
             self._warn(f"warning: cannot write the records journal{where}: {self.failed}; the run goes on with "
                        "its records in memory")
-            return
+            return None
+        offset = self.size
         if text:
-            record.held_text = HeldText(self, self.size + len(head), len(value))
+            record.held_text = HeldText(self, offset + len(head), len(value))
             record.generated_text = ""
         self.size += len(line)
         self.records += 1
+        return offset, len(line)
 
     def _write(self, line: bytes) -> None:
         done = 0
@@ -93,6 +96,16 @@ class RecordJournal:
                 except OSError:
                     pass
             raise
+
+    def read_line(self, offset: int, length: int) -> bytes:
+        """``length`` bytes at ``offset`` (whole lines, as :meth:`add` said where they are)."""
+        data = os.pread(self._fd, length, offset)
+        while len(data) < length:  # a short read (a signal): read the rest
+            more = os.pread(self._fd, length - len(data), offset + len(data))
+            if not more:
+                raise OSError(f"the records journal ends before byte {offset + length}")
+            data += more
+        return data
 
     def read_text(self, offset: int, length: int) -> str:
         """The text whose JSON string is ``length`` bytes at ``offset``."""
