@@ -28,7 +28,6 @@ from __future__ import annotations
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import TYPE_CHECKING, Any
 
 from llmload.common.errors import ConfigError
@@ -36,7 +35,7 @@ from llmload.metrics.columns import ALIGNED, Tally, Values, joined
 from llmload.metrics.conversations import ConversationTally
 from llmload.metrics.definitions import LATE_SEND_MS, METRICS, QUEUE_METRICS, is_completed, late_sends
 from llmload.metrics.histogram import LogHistogram
-from llmload.metrics.peaks import peak_overlap, peak_per_second
+from llmload.metrics.peaks import PeakColumns, peaks_of_columns
 from llmload.metrics.result import PERCENTILE_METRIC_NAMES, TTFT_RULES, BenchmarkMetrics, Distribution
 from llmload.metrics.slos import check_slos, model_key, slos_for, split_slos
 
@@ -57,7 +56,8 @@ class _Group:
     model: str = ""
     tally: Tally = field(default_factory=Tally)
     values: Values = field(default_factory=Values)
-    done: list[Any] = field(default_factory=list)
+    #: what the run's peaks need of its completed requests (not the records: they are not kept)
+    peaks: PeakColumns = field(default_factory=PeakColumns)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +108,7 @@ class MetricsAccumulator:
         self.conversations.add(record, completed)
         if not completed:
             return
-        group.done.append(record)
+        group.peaks.add(record)
         self._itl_count += max(len(record.chunk_times) - 1, 0)
         if self.itl_exact and self.itl_exact_limit is not None and self._itl_count > self.itl_exact_limit:
             self.itl_exact = False
@@ -252,8 +252,7 @@ def _metrics(groups: Sequence[_Group], tally: Tally, ask: _Ask, lags_s: Sequence
     dist = {key: Distribution.of(_exact(groups, key), ask.percentiles) for key in METRICS if key != "schedule_lag"}
     lags = _exact(groups, "queue_time") if lags_s is None else lags_s
     good = sum(g.values.good(ask.slos_for(g.name, g.model)) for g in groups) if ask.has_slos else None
-    peak_tokens, peak_bucket = peak_per_second(chain.from_iterable(g.done for g in groups))
-    peak_active = peak_overlap(chain.from_iterable(g.done for g in groups))
+    peak_tokens, peak_bucket, peak_active = peaks_of_columns([g.peaks for g in groups])
     by_kind, examples = tally.failure_counts()
     return BenchmarkMetrics(
         duration=d, completed=tally.completed, failed=tally.failed, cut_off=tally.cut_off, cancelled=tally.cancelled,

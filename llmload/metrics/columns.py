@@ -22,6 +22,7 @@ from llmload.metrics.definitions import (
     server_input_tokens,
 )
 from llmload.metrics.histogram import LogHistogram
+from llmload.metrics.spill import Chunked, SpillColumn
 
 if TYPE_CHECKING:
     from llmload.metrics.request import MeasuredRequest
@@ -38,33 +39,8 @@ _COUNTS = ("records", "completed", "failed", "cut_off", "cancelled", "total_inpu
            "structured_valid", "tool_calls", "tool_call_answers")
 
 
-class Column:
-    """A float column grown in chunks (append is O(1), reading concatenates once)."""
-
-    def __init__(self) -> None:
-        self._parts: list[np.ndarray] = []
-        self._pending: list[float] = []
-        self.size = 0
-
-    def append(self, value: float) -> None:
-        self._pending.append(value)
-        self.size += 1
-
-    def extend(self, values: np.ndarray) -> None:
-        self._flush()
-        self._parts.append(values)
-        self.size += int(values.size)
-
-    def _flush(self) -> None:
-        if self._pending:
-            self._parts.append(np.asarray(self._pending, dtype=float))
-            self._pending = []
-
-    def array(self) -> np.ndarray:
-        self._flush()
-        if len(self._parts) > 1:
-            self._parts = [np.concatenate(self._parts)]
-        return self._parts[0] if self._parts else np.zeros(0)
+#: a float column grown in chunks, on disk past a size (:mod:`llmload.metrics.spill`)
+Column = SpillColumn
 
 
 class Pool:
@@ -180,18 +156,27 @@ class Values:
     def good(self, slos_ms: Mapping[str, float]) -> int:
         """Completed requests meeting every SLO: :func:`~llmload.metrics.definitions.is_good` over the columns
         at once (NaN, a missing value, takes :data:`GOODPUT_MISSING`'s stand-in or fails)."""
-        good = np.ones(self.aligned["ttft"].size, dtype=bool)
-        for name, slo in slos_ms.items():
-            values = self.aligned[name].array()
-            if name in GOODPUT_MISSING:
-                values = np.nan_to_num(values, nan=GOODPUT_MISSING[name])
-            with np.errstate(invalid="ignore"):
-                good &= meets_slo(values, slo)
-        return int(good.sum())
+        if not slos_ms:
+            return self.aligned["ttft"].size
+        names = list(slos_ms)
+        total = 0
+        # the columns line up row for row, chunk for chunk (each holds one value per completed request)
+        for chunks in zip(*(self.aligned[name].chunks() for name in names), strict=True):
+            good = np.ones(chunks[0].size, dtype=bool)
+            for name, values in zip(names, chunks, strict=True):
+                if name in GOODPUT_MISSING:
+                    values = np.nan_to_num(values, nan=GOODPUT_MISSING[name])
+                with np.errstate(invalid="ignore"):
+                    good &= meets_slo(values, slos_ms[name])
+            total += int(good.sum())
+        return total
 
 
-def joined(columns: Sequence[Column], *, finite: bool = False) -> np.ndarray:
-    """The columns' values one after the other (NaN left out with ``finite``); no copy for a single column."""
+def joined(columns: Sequence[Column], *, finite: bool = False) -> np.ndarray | Chunked:
+    """The columns' values one after the other (NaN left out with ``finite``); no copy for a single column.
+    Once a column spilled to disk, a :class:`Chunked` source that reads them a chunk at a time."""
+    if any(c.spilled for c in columns):
+        return Chunked(columns, finite=finite)
     arrays = [c.array() for c in columns]
     arr = arrays[0] if len(arrays) == 1 else (np.concatenate(arrays) if arrays else np.zeros(0))
     return arr[~np.isnan(arr)] if finite else arr

@@ -120,7 +120,11 @@ LATE_SEND_MS = 10.0
 
 
 def late_sends(schedule_lags_s: Iterable[float], threshold_ms: float = LATE_SEND_MS) -> int:
-    """How many schedule lags (seconds) are over ``threshold_ms``: the one count of late sends."""
+    """How many schedule lags (seconds) are over ``threshold_ms``: the one count of late sends (``schedule_lags_s``
+    may be a :class:`~llmload.metrics.spill.Chunked` source, read a chunk at a time)."""
+    chunks = getattr(schedule_lags_s, "chunks", None)
+    if chunks is not None:
+        return sum(int(np.count_nonzero(chunk * 1000.0 > threshold_ms)) for chunk in chunks())
     return sum(1 for lag in schedule_lags_s if lag * 1000.0 > threshold_ms)
 
 

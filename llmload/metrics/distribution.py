@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from llmload.metrics.percentiles import linear_percentiles
+from llmload.metrics.spill import Chunked, summary
 
 
 def percentile_label(p: float) -> str:
@@ -28,9 +29,14 @@ class Distribution:
     percentiles_ms: tuple[tuple[float, float], ...]
 
     @classmethod
-    def of(cls, values_s: Sequence[float] | np.ndarray, percentiles: Sequence[float]) -> Distribution:
+    def of(cls, values_s: Sequence[float] | np.ndarray | Chunked, percentiles: Sequence[float]) -> Distribution:
         """numpy mean, median, population std, max and :func:`linear_percentiles` of ``values_s`` (seconds);
-        an empty list gives zeros, as vLLM's ``np.mean(x or 0)``."""
+        an empty list gives zeros, as vLLM's ``np.mean(x or 0)``. A :class:`Chunked` source (values on disk)
+        gives the same numbers read a chunk at a time (:func:`llmload.metrics.spill.summary`)."""
+        if isinstance(values_s, Chunked):
+            count, mean, median, std, top, pcts = summary(values_s, percentiles)
+            return cls(count=count, mean_ms=mean, median_ms=median, std_ms=std, max_ms=top,
+                       percentiles_ms=tuple((float(p), v) for p, v in zip(percentiles, pcts, strict=True)))
         arr = np.asarray(values_s, dtype=float) * 1000.0 if len(values_s) else np.zeros(1)
         pcts = linear_percentiles(arr, percentiles)
         return cls(

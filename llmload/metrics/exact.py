@@ -61,23 +61,31 @@ class _Target:
 
 def exact_percentiles(chunks: Chunks, ps: Sequence[float], *, max_gather: int = MAX_GATHER) -> list[float]:
     """``np.percentile(all values, ps)`` (linear), bit for bit, from passes over ``chunks()`` (module docstring)."""
+    return exact_order_statistics(chunks, ps, (), max_gather=max_gather)[0]
+
+
+def exact_order_statistics(chunks: Chunks, ps: Sequence[float], ranks: Sequence[int], *,
+                           max_gather: int = MAX_GATHER) -> tuple[list[float], list[float]]:
+    """The percentiles ``ps`` (as :func:`exact_percentiles`) and the values of 0-based ``ranks`` in sorted order
+    (a median's middle values, the maximum), found in the same passes. No values: zeros; NaN anywhere: NaN."""
     n, has_nan, counts = _first_pass(chunks)
-    if n == 0:
-        return [0.0 for _ in ps]
-    if has_nan:
-        return [float("nan") for _ in ps]
+    if n == 0 or has_nan:
+        fill = float("nan") if has_nan else 0.0
+        return [fill for _ in ps], [fill for _ in ranks]
     q = np.true_divide(np.asarray(ps, dtype=np.float64), 100)
     virtual = (n - 1) * q  # numpy's linear method: the virtual index, its floor and the fraction
     lower = np.floor(virtual)
     gamma = virtual - lower
     low = np.where(virtual >= n - 1, n - 1, lower).astype(np.int64)
     high = np.minimum(low + 1, n - 1)
-    targets = {int(r): _Target(int(r), size=n) for r in np.unique(np.concatenate([low, high]))}
+    wanted = np.concatenate([low, high, np.clip(np.asarray(ranks, dtype=np.int64), 0, n - 1)])
+    targets = {int(r): _Target(int(r), size=n) for r in np.unique(wanted)}
     _narrow(chunks, list(targets.values()), counts, max_gather)
     _gather(chunks, [t for t in targets.values() if t.value is None])
     a = np.asarray([targets[int(r)].value for r in low], dtype=np.float64)
     b = np.asarray([targets[int(r)].value for r in high], dtype=np.float64)
-    return [float(x) for x in _lerp(a, b, gamma)]
+    stats = [float(targets[min(max(int(r), 0), n - 1)].value) for r in ranks]  # type: ignore[arg-type]
+    return [float(x) for x in _lerp(a, b, gamma)], stats
 
 
 def _lerp(a: np.ndarray, b: np.ndarray, t: np.ndarray) -> np.ndarray:

@@ -1,0 +1,153 @@
+"""Value columns that move to disk past a size, and the summaries of one read back in chunks (issue 37).
+
+A run's statistics need every TTFT, ITL, E2EL... of the run. Held as float64 arrays they are 8 bytes a value:
+a million requests of 16 tokens are ~150 MB of ITLs alone. A :class:`SpillColumn` keeps its first
+:data:`SPILL_AFTER` values in memory, as before; past that it writes them to an unnamed temporary file and
+keeps only what has come since the last write. A :class:`Chunked` source stands for the values of one or more
+columns (NaN left out where asked) and is read a chunk at a time: :func:`summary` gives what
+:class:`~llmload.metrics.distribution.Distribution` reports, with the percentiles, median and max exact
+(:mod:`llmload.metrics.exact`: numpy's bit for bit) and the mean and standard deviation from correctly rounded
+sums (numpy's own pairwise sums agree with them to the last bit or two).
+
+A run below :data:`SPILL_AFTER` values a column never touches the disk and gets numpy's numbers from one array,
+exactly as before.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Iterator, Sequence
+from typing import IO
+
+import numpy as np
+
+from llmload.metrics.exact import exact_order_statistics
+
+#: values a column keeps in memory before it writes them to disk (2 MiB of float64)
+SPILL_AFTER = 1 << 18
+#: values read back at once
+READ_CHUNK = 1 << 18
+
+
+class SpillColumn:
+    """A float64 column grown one value (or one array) at a time; its values are read back whole
+    (:meth:`array`, while small) or in chunks (:meth:`chunks`, always)."""
+
+    def __init__(self, spill_after: int | None = None) -> None:
+        self._parts: list[np.ndarray] = []
+        self._pending: list[float] = []
+        self._held = 0
+        self._file: IO[bytes] | None = None
+        self._on_disk = 0
+        self.spill_after = SPILL_AFTER if spill_after is None else spill_after
+        self.size = 0
+
+    @property
+    def spilled(self) -> bool:
+        """Some of its values are on disk (:meth:`array` would read them all back)."""
+        return self._file is not None
+
+    def append(self, value: float) -> None:
+        self._pending.append(value)
+        self.size += 1
+        if len(self._pending) >= 4096:
+            self._flush()
+
+    def extend(self, values: np.ndarray) -> None:
+        self._flush()
+        self._parts.append(np.asarray(values, dtype=np.float64))
+        self._held += int(values.size)
+        self.size += int(values.size)
+        self._maybe_spill()
+
+    def _flush(self) -> None:
+        if self._pending:
+            self._parts.append(np.asarray(self._pending, dtype=np.float64))
+            self._held += len(self._pending)
+            self._pending = []
+            self._maybe_spill()
+
+    def _maybe_spill(self) -> None:
+        if self._held <= self.spill_after:
+            return
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(prefix="llmload-values-")  # noqa: SIM115  (lives with the column)
+        self._file.seek(0, 2)
+        for part in self._parts:
+            self._file.write(np.ascontiguousarray(part, dtype=np.float64).tobytes())
+        self._on_disk += self._held
+        self._parts, self._held = [], 0
+
+    def array(self) -> np.ndarray:
+        """Every value as one array (the disk's too: for columns that never spilled, or a test)."""
+        self._flush()
+        if self._file is not None:
+            return np.concatenate([*self.chunks()]) if self.size else np.zeros(0)
+        if len(self._parts) > 1:
+            self._parts = [np.concatenate(self._parts)]
+        return self._parts[0] if self._parts else np.zeros(0)
+
+    def chunks(self, step: int = READ_CHUNK) -> Iterator[np.ndarray]:
+        """The values in order, ``step`` at a time (the last chunk shorter); columns of the same size give
+        chunks that line up row for row."""
+        self._flush()
+        if self._file is not None:
+            self._file.flush()
+            self._file.seek(0)
+            for lo in range(0, self._on_disk, step):
+                n = min(step, self._on_disk - lo)
+                yield np.frombuffer(self._file.read(8 * n), dtype=np.float64)
+        memory = self._parts[0] if len(self._parts) == 1 else (
+            np.concatenate(self._parts) if self._parts else np.zeros(0))
+        for lo in range(0, memory.size, step):
+            yield memory[lo: lo + step]
+
+
+class Chunked:
+    """The values of some columns one after the other (NaN left out with ``finite``), read in chunks; what a
+    metric's summary is computed from once a column spilled."""
+
+    def __init__(self, columns: Sequence[SpillColumn], *, finite: bool = False) -> None:
+        self.columns = list(columns)
+        self.finite = finite
+        self._count: int | None = None
+
+    def chunks(self) -> Iterator[np.ndarray]:
+        for column in self.columns:
+            for chunk in column.chunks():
+                yield chunk[~np.isnan(chunk)] if self.finite else chunk
+
+    def __len__(self) -> int:
+        if self._count is None:
+            self._count = sum(c.size for c in self.columns) if not self.finite else sum(
+                int(chunk.size) for chunk in self.chunks())
+        return self._count
+
+    def scaled(self, factor: float) -> Iterator[np.ndarray]:
+        for chunk in self.chunks():
+            yield chunk * factor
+
+
+def summary(values: Chunked, percentiles: Sequence[float], scale: float = 1000.0
+            ) -> tuple[int, float, float, float, float, list[float]]:
+    """``(count, mean, median, std, max, [percentiles])`` of ``values`` × ``scale``, as numpy computes them over
+    one array (percentiles, median and max exactly; mean and std correctly rounded); zeros when empty."""
+    n = len(values)
+    if n == 0:
+        return 0, 0.0, 0.0, 0.0, 0.0, [0.0 for _ in percentiles]
+
+    def scaled() -> Iterator[np.ndarray]:
+        return values.scaled(scale)
+
+    total = math.fsum(math.fsum(chunk.tolist()) for chunk in scaled())
+    mean = total / n
+    if math.isnan(mean):
+        nan = float("nan")
+        return n, nan, nan, nan, nan, [nan for _ in percentiles]
+    squares = math.fsum(math.fsum((np.abs(chunk - mean) ** 2).tolist()) for chunk in scaled())
+    std = math.sqrt(squares / n)
+    middle = [n // 2] if n % 2 else [n // 2 - 1, n // 2]
+    pcts, stats = exact_order_statistics(scaled, percentiles, [*middle, n - 1])
+    median = stats[0] if n % 2 else float(np.true_divide(np.float64(stats[0]) + np.float64(stats[1]), 2))
+    return n, mean, median, std, stats[-1], pcts
