@@ -12,6 +12,7 @@ the run stopped: a record with ``failure_kind == "cut_off"``) or not sent (never
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -62,7 +63,8 @@ class Tally:
     """What one dispatcher did: requests released, their schedule lags, and when it ran."""
 
     dispatched: int = 0
-    schedule_lags_s: list[float] = field(default_factory=list)
+    #: one a request released (8 bytes each: a soak's millions stay small)
+    schedule_lags_s: array[float] = field(default_factory=lambda: array("d"))
     start: float = 0.0
     end: float = 0.0
 

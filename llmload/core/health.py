@@ -13,7 +13,8 @@ comes from ``psutil`` (a Locust dependency).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from array import array
+from collections.abc import Iterable, Sequence
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -21,8 +22,11 @@ import gevent
 import numpy as np
 import psutil
 
+from llmload.metrics.columns import joined
 from llmload.metrics.definitions import LATE_SEND_MS, late_sends
+from llmload.metrics.distribution import Distribution
 from llmload.metrics.percentiles import linear_percentiles
+from llmload.metrics.spill import SpillColumn
 
 if TYPE_CHECKING:
     from llmload.client.transport import Reactor
@@ -62,8 +66,9 @@ class HealthMonitor:
         self.reactor = reactor
         self.interval_s = interval_s
         self.cpu_every_s = cpu_every_s
-        self.loop_lags_s: list[float] = []
-        self.cpu_percent: list[float] = []
+        #: one sample every ``interval_s`` for as long as the run lasts: on disk past a size (a day is 8.6M)
+        self.loop_lags_s: SpillColumn | list[float] = SpillColumn()
+        self.cpu_percent: array[float] | list[float] = array("d")
         self._greenlets: list[gevent.Greenlet] = []
         self._process = psutil.Process()
 
@@ -91,19 +96,19 @@ class HealthMonitor:
             gevent.sleep(self.cpu_every_s)
             self.cpu_percent.append(self._process.cpu_percent(None))
 
-    def report(self, schedule_lags_s: list[float] | None = None) -> dict[str, Any]:
+    def report(self, schedule_lags_s: Sequence[float] | None = None) -> dict[str, Any]:
         if not self.cpu_percent:  # a run shorter than one sampling interval
             self.cpu_percent.append(self._process.cpu_percent(None))
-        lags = np.asarray(self.loop_lags_s) * 1000.0
         cpu = np.asarray(self.cpu_percent)
-        loop_p50, loop_p99 = linear_percentiles(lags, (50.0, 99.0))  # the one percentile rule (metrics)
+        loop = Distribution.of(_values(self.loop_lags_s), (50.0, 99.0))  # the one percentile rule (metrics)
+        (_, loop_p50), (_, loop_p99) = loop.percentiles_ms
         out: dict[str, Any] = {
             "cpu_percent_mean": round(float(cpu.mean()), 1) if cpu.size else 0.0,
             "cpu_percent_max": round(float(cpu.max()), 1) if cpu.size else 0.0,
             "loop_lag_p50_ms": round(loop_p50, 3),
             "loop_lag_p99_ms": round(loop_p99, 3),
-            "loop_lag_max_ms": round(float(lags.max()), 3) if lags.size else 0.0,
-            **schedule_health(list(schedule_lags_s or ())),
+            "loop_lag_max_ms": round(loop.max_ms, 3) if loop.count else 0.0,
+            **schedule_health(schedule_lags_s if schedule_lags_s is not None else ()),
         }
         out["read_lag_p99_ms"] = self.reactor.read_lag_percentile(99) if self.reactor is not None else None
         #: which reader read the streams: "compiled" (the C extension) or "python"
@@ -145,11 +150,17 @@ def reader_note() -> str | None:
     return readers.fallback_note()
 
 
-def schedule_health(schedule_lags_s: list[float]) -> dict[str, Any]:
+def schedule_health(schedule_lags_s: Sequence[float]) -> dict[str, Any]:
     """The schedule-lag part of a health report, from the lags a master collected from its records."""
-    sched = np.asarray(schedule_lags_s or [0.0]) * 1000.0
+    lags = np.asarray(schedule_lags_s, dtype=float)
+    sched = (lags if lags.size else np.zeros(1)) * 1000.0
     return {"schedule_lag_p99_ms": round(linear_percentiles(sched, (99.0,))[0], 3),
-            "late_sends": late_sends(schedule_lags_s), "sends": len(schedule_lags_s)}
+            "late_sends": late_sends(lags), "sends": int(lags.size)}
+
+
+def _values(column: SpillColumn | list[float]) -> Any:
+    """A column's values for :meth:`Distribution.of`: in memory, or read from disk a chunk at a time."""
+    return joined([column]) if isinstance(column, SpillColumn) else np.asarray(column, dtype=float)
 
 
 def merged_reads(records: Iterable[Any]) -> dict[str, Any]:

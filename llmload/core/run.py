@@ -207,7 +207,7 @@ class Outcome:
 
     records: Sequence[RequestRecord]
     duration: float
-    schedule_lags_s: list[float] | None
+    schedule_lags_s: Sequence[float] | None
     unsent: int
     workers: list[dict[str, Any]] | None = None
     lost: int = 0

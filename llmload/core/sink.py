@@ -12,6 +12,7 @@ from typing import Protocol
 
 from llmload.client.records import RequestRecord
 from llmload.client.records.journal import RecordJournal
+from llmload.client.records.kept import JournalRecords, KeptRecords
 from llmload.core.messages import records_message
 
 
@@ -44,6 +45,28 @@ class RecordList:
         """Forget the records (a new test starts) and write the next ones to ``journal``."""
         self.records.clear()
         self.journal = journal
+
+
+class KeptSink:
+    """A single process's sink for a whole run: each record goes to the journal as it arrives
+    (:class:`~llmload.client.records.kept.KeptRecords`: a few numbers a record stay in memory), listeners are
+    told of each first; :meth:`in_send_order` reads them back at the end (docs/design.md, "Record path")."""
+
+    def __init__(self, journal: RecordJournal | None) -> None:
+        self.kept = KeptRecords(journal)
+        self.listeners: list[Callable[[RequestRecord], None]] = []
+
+    def add(self, record: RequestRecord) -> None:
+        record.compact()
+        for listener in self.listeners:
+            listener(record)
+        self.kept.add(record, self.kept.received)  # the arrival order breaks ties of intended send, as before
+
+    def __len__(self) -> int:
+        return self.kept.received
+
+    def in_send_order(self) -> JournalRecords:
+        return self.kept.in_send_order()
 
 
 class BatchShipper:

@@ -4,6 +4,7 @@ worker's share (:class:`WorkerState`, :func:`hand_over`) serves ``locust -f``'s 
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -119,7 +120,7 @@ class MasterResult:
     lost: int
     #: never sent (run stopped early)
     unsent: int
-    schedule_lags_s: list[float]
+    schedule_lags_s: Sequence[float]
 
 
 @dataclass
@@ -291,7 +292,7 @@ class BenchMaster:
         lost = sum(s.in_flight for s in self.workers.values() if s.lost)
         counted = kept.distinct()
         records = kept.in_send_order(counted)
-        lags = kept.lags(counted, self.reassigned.__contains__).tolist()
+        lags = array("d", kept.lags(counted, self.reassigned.__contains__).tobytes())
         unsent = request_count(job.schedule) - len(records) - lost
         return MasterResult(records, job.start, end, list(self.workers.values()), lost, max(0, unsent), lags)
 

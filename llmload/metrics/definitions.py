@@ -125,6 +125,8 @@ def late_sends(schedule_lags_s: Iterable[float], threshold_ms: float = LATE_SEND
     chunks = getattr(schedule_lags_s, "chunks", None)
     if chunks is not None:
         return sum(int(np.count_nonzero(chunk * 1000.0 > threshold_ms)) for chunk in chunks())
+    if isinstance(schedule_lags_s, np.ndarray):
+        return int(np.count_nonzero(schedule_lags_s * 1000.0 > threshold_ms))
     return sum(1 for lag in schedule_lags_s if lag * 1000.0 > threshold_ms)
 
 

@@ -16,6 +16,7 @@ exactly as before.
 from __future__ import annotations
 
 import math
+import os
 import tempfile
 from collections.abc import Iterator, Sequence
 from typing import IO
@@ -24,8 +25,16 @@ import numpy as np
 
 from llmload.metrics.exact import exact_order_statistics
 
-#: values a column keeps in memory before it writes them to disk (2 MiB of float64)
+#: values a column keeps in memory before it writes them to disk (2 MiB of float64); ``LLMLOAD_SPILL_AFTER``
+#: sets another (a test spills a small run with it; 0: every value goes to disk)
 SPILL_AFTER = 1 << 18
+SPILL_AFTER_VARIABLE = "LLMLOAD_SPILL_AFTER"
+
+
+def spill_threshold() -> int:
+    """The threshold in force: ``LLMLOAD_SPILL_AFTER`` when set to a whole number >= 0, else :data:`SPILL_AFTER`."""
+    text = os.environ.get(SPILL_AFTER_VARIABLE, "").strip()
+    return int(text) if text.isdigit() else SPILL_AFTER
 #: values read back at once
 READ_CHUNK = 1 << 18
 
@@ -40,12 +49,13 @@ class SpillColumn:
         self._held = 0
         self._file: IO[bytes] | None = None
         self._on_disk = 0
-        self.spill_after = SPILL_AFTER if spill_after is None else spill_after
+        self.spill_after = spill_after if spill_after is not None else spill_threshold()
         self.size = 0
 
     @property
     def spilled(self) -> bool:
         """Some of its values are on disk (:meth:`array` would read them all back)."""
+        self._flush()
         return self._file is not None
 
     def append(self, value: float) -> None:
