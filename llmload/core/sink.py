@@ -7,8 +7,11 @@ exactly once. A worker's :class:`BatchShipper` sends them to the master in ``llm
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from typing import Protocol, overload
+
+import numpy as np
 
 from llmload.client.records import RequestRecord
 from llmload.client.records.journal import RecordJournal
@@ -21,30 +24,64 @@ class RecordSink(Protocol):
         """Take one finished record (called once per request, from the request's greenlet)."""
 
 
-class RecordList:
-    """Keeps every record of a run in this process, tells listeners (progress, live views) of each, and writes
-    each to ``journal`` when there is one (which then holds its text: docs/reliability.md, "Records journal")."""
+class RecordList(Sequence[RequestRecord]):
+    """Keeps every record of a test in the journal (:class:`~llmload.client.records.kept.KeptRecords`: a few
+    numbers a record in memory; all of it in memory without a journal), tells listeners (progress, live views) of
+    each as it arrives, and reads them back in arrival order (``len``, indexing, slicing, iteration decode them
+    from the journal: docs/reliability.md, "Records journal")."""
 
     def __init__(self, journal: RecordJournal | None = None) -> None:
-        self.records: list[RequestRecord] = []
+        self.kept = KeptRecords(journal)
         self.listeners: list[Callable[[RequestRecord], None]] = []
-        self.journal = journal
+        #: records per worker name (``""``: this process)
+        self.by_worker: Counter[str] = Counter()
 
-    def add(self, record: RequestRecord) -> None:
+    @property
+    def journal(self) -> RecordJournal | None:
+        return self.kept.journal
+
+    def add(self, record: RequestRecord, *, counts_lag: bool = True) -> None:
         record.compact()
-        self.records.append(record)
         for listener in self.listeners:
             listener(record)
-        if self.journal is not None:
-            self.journal.add(record)
+        self.by_worker[record.worker] += 1
+        self.kept.add(record, self.kept.received, counts_lag=counts_lag)
 
     def __len__(self) -> int:
-        return len(self.records)
+        return self.kept.received
+
+    @overload
+    def __getitem__(self, index: int) -> RequestRecord: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[RequestRecord]: ...
+    def __getitem__(self, index: int | slice) -> RequestRecord | Sequence[RequestRecord]:
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self))
+            if step == 1:
+                return self.kept.in_arrival_order(start, stop)
+            return self.kept.in_arrival_order()[index]
+        n = len(self)
+        if not -n <= index < n:
+            raise IndexError("record index out of range")
+        index %= n
+        return self.kept.in_arrival_order(index, index + 1)[0]
+
+    def __iter__(self) -> Iterator[RequestRecord]:
+        return iter(self.kept.in_arrival_order())
+
+    @property
+    def records(self) -> JournalRecords:
+        """Every record so far, in arrival order."""
+        return self.kept.in_arrival_order()
+
+    def view(self, positions: Sequence[int]) -> JournalRecords:
+        """The records at ``positions`` (arrival numbers), in that order."""
+        return JournalRecords(self.kept, np.asarray(positions, dtype=np.int64))
 
     def clear(self, journal: RecordJournal | None = None) -> None:
         """Forget the records (a new test starts) and write the next ones to ``journal``."""
-        self.records.clear()
-        self.journal = journal
+        self.kept = KeptRecords(journal)
+        self.by_worker.clear()
 
 
 class KeptSink:

@@ -26,8 +26,8 @@ import numpy as np
 
 #: bits of the key each histogram pass splits on (a 65,536-bucket histogram: 512 KiB)
 STEP_BITS = 16
-#: the most values a bucket may hold for its keys to be gathered (32 MiB of keys)
-MAX_GATHER = 1 << 22
+#: the most values a bucket may hold for its keys to be gathered (8 MiB of keys)
+MAX_GATHER = 1 << 20
 _SIGN = np.uint64(1 << 63)
 _KEY_BITS = 64
 

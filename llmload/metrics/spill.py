@@ -18,7 +18,8 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import chain
 from typing import IO
 
 import numpy as np
@@ -150,14 +151,24 @@ def summary(values: Chunked, percentiles: Sequence[float], scale: float = 1000.0
     def scaled() -> Iterator[np.ndarray]:
         return values.scaled(scale)
 
-    total = math.fsum(math.fsum(chunk.tolist()) for chunk in scaled())
+    total = _fsum(scaled())
     mean = total / n
     if math.isnan(mean):
         nan = float("nan")
         return n, nan, nan, nan, nan, [nan for _ in percentiles]
-    squares = math.fsum(math.fsum((np.abs(chunk - mean) ** 2).tolist()) for chunk in scaled())
+    squares = _fsum(np.abs(chunk - mean) ** 2 for chunk in scaled())
     std = math.sqrt(squares / n)
     middle = [n // 2] if n % 2 else [n // 2 - 1, n // 2]
     pcts, stats = exact_order_statistics(scaled, percentiles, [*middle, n - 1])
     median = stats[0] if n % 2 else float(np.true_divide(np.float64(stats[0]) + np.float64(stats[1]), 2))
     return n, mean, median, std, stats[-1], pcts
+
+
+#: values turned into Python floats at once for a correctly rounded sum (a list of floats is 32 bytes a value)
+_FSUM_SLICE = 1 << 14
+
+
+def _fsum(chunks: Iterable[np.ndarray]) -> float:
+    """The correctly rounded sum of every value of ``chunks`` (one ``math.fsum``), fed a slice at a time."""
+    return math.fsum(chain.from_iterable(chunk[lo: lo + _FSUM_SLICE].tolist()
+                                         for chunk in chunks for lo in range(0, chunk.size, _FSUM_SLICE)))

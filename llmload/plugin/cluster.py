@@ -231,10 +231,12 @@ class ClusterRole:
         state = self.cluster.get(msg.node_id)
         for record in batch.records:
             record.worker = name
-            self.records.add(record)
+            index = self.request_index.get(record.conversation_id or record.request_id, -1)
+            # a re-assigned request was sent late on purpose: its lag is not the client's
+            self.records.add(record, counts_lag=index not in self.reassigned)
             if state is not None:
                 state.records += 1
-                state.received.add(self.request_index.get(record.conversation_id or record.request_id, -1))
+                state.received.add(index)
         if state is not None:
             state.dispatched.update(batch.dispatched)
 

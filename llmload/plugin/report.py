@@ -4,7 +4,7 @@ records file (``--llm-records``) and its journal."""
 from __future__ import annotations
 
 import sys
-from collections import Counter
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +34,8 @@ def run_accounting(run: Any) -> dict[str, int]:
             "lost": max(0, dispatched - records)}
 
 
-def client_health(run: Any, lags: list[float], median_itl_ms: float | None,
-                  records: list[Any] | None = None) -> dict[str, Any] | None:
+def client_health(run: Any, lags: Sequence[float], median_itl_ms: float | None,
+                  records: Iterable[Any] | None = None) -> dict[str, Any] | None:
     """The run's client health, judged as bench judges it (core/health): a local runner's own report; on a
     master the busiest worker's CPU, loop and read lags (their ``llm_done``) with the schedule lag of the records
     that arrived (re-assigned requests left out). None when no process watched it (a web UI test's workers
@@ -79,19 +79,21 @@ def open_journal(opts: Any) -> Any:
 def print_summary(run: Any) -> None:
     """The summary ``llmload bench`` prints, from the run core's metrics (:meth:`llmload.core.run.Run.finish`),
     with this run's accounting; then ``--llm-result`` and ``--llm-records``."""
-    from llmload.core.outcome import run_span
+    import numpy as np
+
     from llmload.core.run import Outcome
     from llmload.summary import format_accounting, format_summary
 
-    if not run.records.records or run.core is None:
+    if not len(run.records) or run.core is None:
         return
     opts = run.options
-    raw = run.records.records
-    # requests re-assigned from a lost worker are sent late on purpose: not the client's schedule lag
-    lags = [lag for r in raw if (lag := r.schedule_lag) is not None
-            and run.request_index.get(r.conversation_id or r.request_id) not in run.reassigned]
+    kept = run.records.kept
+    # requests re-assigned from a lost worker are sent late on purpose: not the client's schedule lag (their
+    # lags were left out as they arrived: ClusterRole.on_records)
+    lags = kept.lags(np.arange(kept.received))
     acc = run_accounting(run)
-    measured = run.core.finish(Outcome(list(raw), run_span(raw), lags or None, acc["not_sent"], lost=acc["lost"]),
+    measured = run.core.finish(Outcome(kept.in_send_order(np.arange(kept.received)), kept.span(),
+                                       lags if lags.size else None, acc["not_sent"], lost=acc["lost"]),
                                class_slos=_class_slos(run))
     records, metrics = measured.records, measured.metrics
     health = client_health(run, lags, metrics.itl.median_ms, records)
@@ -160,7 +162,7 @@ def _workers(run: Any) -> list[dict[str, Any]]:
     if run.cluster:
         return [{"worker": s.name, "assigned": len(s.assigned), "dispatched": len(s.dispatched),
                  "records": s.records, "lost": s.lost} for s in run.cluster.values()]
-    by_worker = Counter(r.worker for r in run.records.records)
+    by_worker = run.records.by_worker
     out = []
     for cid, report in run.reports.items():
         name = run.worker_name(cid)

@@ -34,7 +34,7 @@ def _on_init(environment: Any, **_: Any) -> None:
 
     from llmload.webui.server import LLMTab, register_routes
 
-    tab = LLMTab(environment, run.records.records)
+    tab = LLMTab(environment, run.records)
     run.tab = tab
     register_routes(tab, environment.web_ui)
     gevent.spawn(tab.sample_forever)

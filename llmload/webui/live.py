@@ -22,8 +22,9 @@ index (``turn``, ``label``, ``requests``, ``completed``, ``ttft_p50_ms``, ``tpot
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from time import perf_counter
 from typing import Any
 
@@ -48,11 +49,13 @@ _RUN_ONLY = ("total_input_tokens", "itl_exact")
 class LiveStats:
     """Aggregates the records of one test as they arrive; :meth:`window` and :meth:`run` give the tab's numbers.
 
-    ``source`` is the append-only list of the environment's run (``environment.llmload.records``); only records that
-    started at or after :meth:`reset` time are counted, so a new test from the UI starts from zero.
+    ``source`` is the append-only sequence of the environment's run (``environment.llmload.records``, which reads
+    its records back from the journal); only records that started at or after :meth:`reset` time are counted, so
+    a new test from the UI starts from zero. The test's records are remembered by their place in ``source``, not
+    held (:meth:`test_records` reads them back).
     """
 
-    def __init__(self, source: list[RequestRecord], clock: Callable[[], float] = perf_counter) -> None:
+    def __init__(self, source: Sequence[RequestRecord], clock: Callable[[], float] = perf_counter) -> None:
         self.source = source
         self.clock = clock
         #: goodput SLOs (ms) in :func:`llmload.metrics.parse_goodput`'s structure; empty: none
@@ -62,7 +65,8 @@ class LiveStats:
     def reset(self) -> None:
         self.test_start = self.clock()
         self._seen = len(self.source)
-        self.records: list[RequestRecord] = []
+        #: the places in ``source`` of this test's records
+        self.taken = array("q")
         self.recent: deque[tuple[float, RequestRecord]] = deque()
         self.first_start: float | None = None
         self.last_end: float | None = None
@@ -88,19 +92,27 @@ class LiveStats:
 
     def ingest(self) -> int:
         """Take the records appended to ``source`` since the last call; returns how many were new."""
-        new = self.source[self._seen:]
+        first = self._seen
+        new = self.source[first:]
         self._seen += len(new)
         taken = 0
-        for record in new:
+        for place, record in enumerate(new, first):
             if record.start and record.start < self.test_start - 1.0:
                 continue  # a late batch from an earlier test
+            self.taken.append(place)
             self._add(record)
             taken += 1
         self._prune()
         return taken
 
+    def test_records(self) -> Sequence[RequestRecord]:
+        """This test's records so far (read back from the run's journal where ``source`` keeps them there)."""
+        view = getattr(self.source, "view", None)
+        if view is not None:
+            return view(self.taken)  # type: ignore[no-any-return]
+        return [self.source[i] for i in self.taken]
+
     def _add(self, r: RequestRecord) -> None:
-        self.records.append(r)
         end = r.end if r.end is not None else r.start
         self.first_start = r.start if self.first_start is None else min(self.first_start, r.start)
         if r.chunk_times and r.end is not None:  # as core.outcome.run_span, the result JSON's duration

@@ -9,6 +9,7 @@ steering (``set_rate``: ``llm_set`` to the workers).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from time import perf_counter
 from typing import Any
 
@@ -127,9 +128,9 @@ class LLMTab:
 
     # -- downloads ------------------------------------------------------------------------------------------
 
-    def test_records(self) -> list:
+    def test_records(self) -> Sequence[Any]:
         self.stats.ingest()
-        return list(self.stats.records)
+        return self.stats.test_records()
 
     def result(self, slos_ms: dict[str, float] | None = None) -> dict[str, Any] | None:
         from llmload.metrics import METRIC_NAMES, compute_metrics

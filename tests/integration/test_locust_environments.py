@@ -81,7 +81,9 @@ def run_until_records(env, n, timeout=60.0):
 
 
 def ids(env):
-    return [id(r) for r in env.llmload.records.records]
+    # a record's request id and the instant it was sent name it (records are read back from the journal: new
+    # objects each time, so id() would not)
+    return [(r.request_id, r.start) for r in env.llmload.records.records]
 
 
 first, second = environment(sys.argv[1]), environment(sys.argv[1])

@@ -35,11 +35,11 @@ def _record(k: int, text: str, tokens: int = 30, source: str = "chunks") -> Requ
                          reasoning_text="thinking" if k % 3 == 0 else "")
 
 
-def _kept(records: list[RequestRecord], journal: RecordJournal | None) -> list[RequestRecord]:
+def _kept(records: list[RequestRecord], journal: RecordJournal | None) -> RecordList:
     keeper = RecordList(journal)
     for r in records:
         keeper.add(r)
-    return keeper.records
+    return keeper
 
 
 @settings(max_examples=30, deadline=None)
@@ -49,8 +49,8 @@ def test_journaled_records_write_what_the_plain_ones_do(tmp_path_factory, texts:
     journal = RecordJournal(tmp / "run.journal.jsonl", print)
     plain = _kept([_record(k, t) for k, t in enumerate(texts)], None)
     held = _kept([_record(k, t) for k, t in enumerate(texts)], journal)
-    # the texts left memory (only the empty ones stay, there being nothing to hold) and read back exactly
-    assert all(r.generated_text == "" for r in held)
+    # the records left memory: they are read back from the journal, texts and all, exactly
+    assert len(held) == len(texts) and held.kept.received == len(texts)
     assert [r.text() for r in held] == texts
     assert [r.to_dict() for r in held] == [r.to_dict() for r in plain]
     write_records(tmp / "plain.jsonl", plain)
@@ -80,7 +80,7 @@ def test_statistics_detailed_lists_and_retokenized_counts_are_unchanged(tmp_path
 def test_an_unnamed_journal_holds_the_texts_and_leaves_no_file(tmp_path: Path) -> None:
     held = _kept([_record(k, f"text {k}") for k in range(5)], RecordJournal(None, print))
     assert [r.text() for r in held] == [f"text {k}" for k in range(5)]
-    assert all(r.generated_text == "" for r in held)
+    assert held.kept.in_memory == 0  # every record is on disk, none held
 
 
 def test_remove_deletes_the_file_and_the_texts_stay_readable(tmp_path: Path) -> None:
@@ -119,7 +119,7 @@ for k, text in enumerate(texts):
     keeper.add(RequestRecord(request_id=f"r{k}", chunk_times=[1.0 + k, 1.5 + k], chunk_tokens=[1, 1],
                              generated_text=text, success=True))
 print(json.dumps({"warnings": warnings, "texts_ok": [r.text() for r in keeper.records] == texts,
-                  "in_memory": sum(1 for r in keeper.records if r.generated_text),
+                  "in_memory": keeper.kept.in_memory,
                   "journaled": keeper.journal.records, "complete": keeper.journal.complete}))
 """
 

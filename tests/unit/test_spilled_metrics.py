@@ -12,7 +12,13 @@ import pytest
 
 from llmload.client.records import RequestRecord
 from llmload.metrics import compute_metrics, spill
-from llmload.metrics.peaks import PeakColumns, overlap_of_columns, peak_overlap, peak_per_second, peaks_of_columns
+from llmload.metrics.peaks import (
+    PeakColumns,
+    overlap_of_columns,
+    peak_overlap,
+    peak_per_second,
+    peaks_of_columns,
+)
 from llmload.metrics.spill import Chunked
 
 

@@ -54,12 +54,14 @@ class KeptRecords:
         self._held: list[RequestRecord] = []
         #: records received (duplicates included)
         self.received = 0
-        #: the latest ``start`` and ``end`` seen (the run's end, without reading anything back)
+        #: the earliest ``start``, the latest ``start`` and ``end`` seen (the run's span, without reading back)
+        self.first_start: float | None = None
         self.last_start: float | None = None
         self.last_end: float | None = None
 
-    def add(self, record: RequestRecord, key: int) -> None:
-        """Keep ``record`` (already compacted, labelled) under ``key`` (:func:`record_key`)."""
+    def add(self, record: RequestRecord, key: int, *, counts_lag: bool = True) -> None:
+        """Keep ``record`` (already compacted, labelled) under ``key`` (:func:`record_key`); ``counts_lag``
+        False: its schedule lag is not the client's (a re-assigned request, late on purpose)."""
         where = self.journal.add(record) if self.journal is not None else None
         if where is None:
             self._where.append(-1 - len(self._held))
@@ -68,14 +70,34 @@ class KeptRecords:
             self._where.append(where[0])
         self._keys.append(key)
         self._intended.append(record.intended_send if record.intended_send is not None else 0.0)
-        lag = record.schedule_lag
+        lag = record.schedule_lag if counts_lag else None
         self._lags.append(float("nan") if lag is None else lag)
         self.received += 1
+        if self.first_start is None or record.start < self.first_start:
+            self.first_start = record.start
         if self.last_start is None or record.start > self.last_start:
             self.last_start = record.start
         end = record.end
         if end is not None and (self.last_end is None or end > self.last_end):
             self.last_end = end
+
+    @property
+    def in_memory(self) -> int:
+        """Records held whole because the journal could not take them."""
+        return len(self._held)
+
+    def span(self) -> float:
+        """Seconds from the first request's start to the last one's end (as
+        :func:`llmload.core.outcome.run_span` over every record kept)."""
+        if self.first_start is None:
+            return 0.0
+        end = self.last_end if self.last_end is not None else self.first_start
+        return max(end - self.first_start, 0.0)
+
+    def in_arrival_order(self, start: int = 0, stop: int | None = None) -> JournalRecords:
+        """Records ``start`` to ``stop`` as they arrived (duplicates too)."""
+        stop = self.received if stop is None else stop
+        return JournalRecords(self, np.arange(start, max(start, stop), dtype=np.int64))
 
     def __len__(self) -> int:
         """Records kept, a key's duplicates counted once."""
