@@ -51,7 +51,7 @@ def one_size(n: int, tokens: int, detailed: bool, folder: Path) -> dict:
     from llmload.bench.results import write_json
     from llmload.client.records.file import write_records
     from llmload.client.records.journal import RecordJournal
-    from llmload.client.records.kept import KeptRecords, record_key
+    from llmload.client.records.kept import KeptRecords
     from llmload.client.records.record import RequestRecord
     from llmload.metrics import compute_metrics, request_lists
 
@@ -71,7 +71,7 @@ def one_size(n: int, tokens: int, detailed: bool, folder: Path) -> dict:
                           output_tokens_source="usage", server_prompt_tokens=16, generated_text=" tok" * tokens,
                           success=True, status_code=200, worker=f"worker{k % 2}")
         r.compact()
-        kept.add(r, record_key(k, 0))
+        kept.add(r, k)
     out["keep_s"] = round(time.perf_counter() - t, 2)
     out["rss_kept_mib"] = round(rss_mib(), 1)
     out["journal_bytes_per_request"] = round(journal.size / n, 1)

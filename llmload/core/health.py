@@ -25,8 +25,7 @@ import psutil
 from llmload.metrics.columns import joined
 from llmload.metrics.definitions import LATE_SEND_MS, late_sends
 from llmload.metrics.distribution import Distribution
-from llmload.metrics.percentiles import linear_percentiles
-from llmload.metrics.spill import SpillColumn
+from llmload.metrics.spill import Chunked, SpillColumn
 
 if TYPE_CHECKING:
     from llmload.client.transport import Reactor
@@ -96,7 +95,7 @@ class HealthMonitor:
             gevent.sleep(self.cpu_every_s)
             self.cpu_percent.append(self._process.cpu_percent(None))
 
-    def report(self, schedule_lags_s: Sequence[float] | None = None) -> dict[str, Any]:
+    def report(self, schedule_lags_s: Sequence[float] | Chunked | None = None) -> dict[str, Any]:
         if not self.cpu_percent:  # a run shorter than one sampling interval
             self.cpu_percent.append(self._process.cpu_percent(None))
         cpu = np.asarray(self.cpu_percent)
@@ -150,12 +149,12 @@ def reader_note() -> str | None:
     return readers.fallback_note()
 
 
-def schedule_health(schedule_lags_s: Sequence[float]) -> dict[str, Any]:
-    """The schedule-lag part of a health report, from the lags a master collected from its records."""
-    lags = np.asarray(schedule_lags_s, dtype=float)
-    sched = (lags if lags.size else np.zeros(1)) * 1000.0
-    return {"schedule_lag_p99_ms": round(linear_percentiles(sched, (99.0,))[0], 3),
-            "late_sends": late_sends(lags), "sends": int(lags.size)}
+def schedule_health(schedule_lags_s: Sequence[float] | Chunked) -> dict[str, Any]:
+    """The schedule-lag part of a health report, from the lags a master collected from its records (a
+    :class:`~llmload.metrics.spill.Chunked` source: read from disk)."""
+    lags = schedule_lags_s if isinstance(schedule_lags_s, Chunked) else np.asarray(schedule_lags_s, dtype=float)
+    p99 = Distribution.of(lags, (99.0,)).percentiles_ms[0][1]
+    return {"schedule_lag_p99_ms": round(p99, 3), "late_sends": late_sends(lags), "sends": len(lags)}
 
 
 def _values(column: SpillColumn | list[float]) -> Any:

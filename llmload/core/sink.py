@@ -45,7 +45,7 @@ class RecordList(Sequence[RequestRecord]):
         for listener in self.listeners:
             listener(record)
         self.by_worker[record.worker] += 1
-        self.kept.add(record, self.kept.received, counts_lag=counts_lag)
+        self.kept.add(record, counts_lag=counts_lag)
 
     def __len__(self) -> int:
         return self.kept.received
@@ -97,7 +97,7 @@ class KeptSink:
         record.compact()
         for listener in self.listeners:
             listener(record)
-        self.kept.add(record, self.kept.received)  # the arrival order breaks ties of intended send, as before
+        self.kept.add(record)  # the arrival order breaks ties of intended send, as before
 
     def __len__(self) -> int:
         return self.kept.received

@@ -4,7 +4,6 @@ worker's share (:class:`WorkerState`, :func:`hand_over`) serves ``locust -f``'s 
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -15,7 +14,7 @@ from gevent.event import Event
 
 from llmload.client.records import RequestRecord
 from llmload.client.records.journal import RecordJournal
-from llmload.client.records.kept import KeptRecords, record_key
+from llmload.client.records.kept import KeptRecords
 from llmload.core import protocol
 from llmload.core.conversation import request_count
 from llmload.core.messages import clock_offset, job_items, read_records_message
@@ -150,7 +149,7 @@ class BenchMaster:
         self.gate = TokenGate(runner, token, log)
         self.workers: dict[str, WorkerState] = {}
         #: the run's records, in the journal (in memory only where it cannot be written): a conversation files
-        #: each of its turns under its own index and turn (:func:`~llmload.client.records.kept.record_key`)
+        #: each of its turns under its own index and turn
         self.records = KeptRecords(None)
         #: requests re-assigned from a dead worker: sent late on purpose, so not counted as client lag
         self.reassigned = IndexSet()
@@ -213,7 +212,8 @@ class BenchMaster:
                 state.received.add(index)
             if self.on_record is not None:
                 self.on_record(record)
-            self.records.add(record, record_key(index, record.turn))
+            # a re-assigned request was sent late on purpose: its lag is not the client's
+            self.records.add(record, index, counts_lag=index not in self.reassigned)
         if state is not None:
             state.dispatched.update(batch.dispatched)
 
@@ -292,7 +292,7 @@ class BenchMaster:
         lost = sum(s.in_flight for s in self.workers.values() if s.lost)
         counted = kept.distinct()
         records = kept.in_send_order(counted)
-        lags = array("d", kept.lags(counted, self.reassigned.__contains__).tobytes())
+        lags = kept.lags(counted)
         unsent = request_count(job.schedule) - len(records) - lost
         return MasterResult(records, job.start, end, list(self.workers.values()), lost, max(0, unsent), lags)
 

@@ -33,7 +33,14 @@ from typing import TYPE_CHECKING, Any
 from llmload.common.errors import ConfigError
 from llmload.metrics.columns import ALIGNED, Tally, Values, joined
 from llmload.metrics.conversations import ConversationTally
-from llmload.metrics.definitions import LATE_SEND_MS, METRICS, QUEUE_METRICS, is_completed, late_sends
+from llmload.metrics.definitions import (
+    LATE_SEND_MS,
+    METRICS,
+    QUEUE_METRICS,
+    is_completed,
+    itl_array,
+    late_sends,
+)
 from llmload.metrics.histogram import LogHistogram
 from llmload.metrics.peaks import PeakColumns, peaks_of_columns
 from llmload.metrics.result import PERCENTILE_METRIC_NAMES, TTFT_RULES, BenchmarkMetrics, Distribution
@@ -103,12 +110,13 @@ class MetricsAccumulator:
             group = self._groups[key] = _Group(*key)
         self.total.add(record, completed)
         group.tally.add(record, completed)
-        group.values.add(record, completed)
+        gaps = itl_array(record) if completed and len(record.chunk_times) > 1 else None
+        group.values.add(record, completed, gaps)
         self.output_lens.append(record.output_tokens if completed else 0)
         self.conversations.add(record, completed)
         if not completed:
             return
-        group.peaks.add(record)
+        group.peaks.add(record, gaps)
         self._itl_count += max(len(record.chunk_times) - 1, 0)
         if self.itl_exact and self.itl_exact_limit is not None and self._itl_count > self.itl_exact_limit:
             self.itl_exact = False

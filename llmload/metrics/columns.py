@@ -141,7 +141,8 @@ class Values:
         self.sent = {k: Column() for k in SENT_KEYS}
         self.itl = Pool()
 
-    def add(self, r: MeasuredRequest, completed: bool) -> None:
+    def add(self, r: MeasuredRequest, completed: bool, gaps: np.ndarray | None = None) -> None:
+        """Take one record; ``gaps``: its ITLs when the caller has them already."""
         for key, column in self.sent.items():
             if (value := METRICS[key].value(r)) is not None:
                 column.append(value)
@@ -151,7 +152,7 @@ class Values:
             value = _ALL[key].value(r)
             column.append(math.nan if value is None else float(value))
         if len(r.chunk_times) > 1:
-            self.itl.extend(METRICS["itl"].value(r))
+            self.itl.extend(METRICS["itl"].value(r) if gaps is None else gaps)
 
     def good(self, slos_ms: Mapping[str, float]) -> int:
         """Completed requests meeting every SLO: :func:`~llmload.metrics.definitions.is_good` over the columns

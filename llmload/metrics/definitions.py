@@ -75,7 +75,8 @@ def e2el_s(record: MeasuredRequest) -> float | None:
 
 def itl_array(record: MeasuredRequest) -> np.ndarray:
     """ITL_k = chunk_times[k] - chunk_times[k-1] for k >= 1 (seconds); pooled over requests, never averaged."""
-    return np.diff(np.asarray(record.chunk_times, dtype=float))
+    times = np.asarray(record.chunk_times, dtype=float)
+    return times[1:] - times[:-1]  # np.diff's arithmetic, without its overhead
 
 
 def itls_s(record: MeasuredRequest) -> list[float]:

@@ -26,8 +26,8 @@ import numpy as np
 
 #: bits of the key each histogram pass splits on (a 65,536-bucket histogram: 512 KiB)
 STEP_BITS = 16
-#: the most values a bucket may hold for its keys to be gathered (8 MiB of keys)
-MAX_GATHER = 1 << 20
+#: the most values a bucket may hold for its keys to be gathered (2 MiB of keys; more: another 16-bit pass)
+MAX_GATHER = 1 << 18
 _SIGN = np.uint64(1 << 63)
 _KEY_BITS = 64
 

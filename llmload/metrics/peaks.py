@@ -69,7 +69,7 @@ def peak_overlap(records: Iterable[MeasuredRequest]) -> int:
 # -- the same peaks from value columns (a run's records are not in memory: issue 37) ------------------------
 
 #: events :func:`overlap_of_columns` sorts at once (more: in windows of time, one pass over the columns each)
-OVERLAP_GATHER = 1 << 22
+OVERLAP_GATHER = 1 << 17
 #: time bins :func:`overlap_of_columns` splits a large run into before it forms its windows
 _OVERLAP_BINS = 1 << 16
 
@@ -85,16 +85,20 @@ class PeakColumns:
         self.ends = SpillColumn()
         self.tokens = SpillColumn()
 
-    def add(self, record: MeasuredRequest) -> None:
-        """Take a completed record (the caller checked)."""
+    def add(self, record: MeasuredRequest, gaps: np.ndarray | None = None) -> None:
+        """Take a completed record (the caller checked); ``gaps``: its ITLs when the caller has them already."""
         e2el = e2el_s(record)
         if e2el is None:
             return
         self.starts.append(record.start)
         self.ends.append(record.start + e2el)
         if record.first_token is not None:
-            gaps = np.diff(np.asarray(record.chunk_times, dtype=np.float64))
-            self.tokens.extend(np.cumsum(np.concatenate(([record.first_token], gaps))))
+            if gaps is None:
+                gaps = np.diff(np.asarray(record.chunk_times, dtype=np.float64))
+            times = np.empty(gaps.size + 1)
+            times[0] = record.first_token
+            times[1:] = gaps
+            self.tokens.extend(np.cumsum(times))  # one after the other, as token_times adds them
 
 
 def peaks_of_columns(parts: list[PeakColumns]) -> tuple[float, int, int]:

@@ -26,9 +26,9 @@ import numpy as np
 
 from llmload.metrics.exact import exact_order_statistics
 
-#: values a column keeps in memory before it writes them to disk (2 MiB of float64); ``LLMLOAD_SPILL_AFTER``
+#: values a column keeps in memory before it writes them to disk (512 KiB of float64); ``LLMLOAD_SPILL_AFTER``
 #: sets another (a test spills a small run with it; 0: every value goes to disk)
-SPILL_AFTER = 1 << 18
+SPILL_AFTER = 1 << 16
 SPILL_AFTER_VARIABLE = "LLMLOAD_SPILL_AFTER"
 
 
@@ -36,8 +36,12 @@ def spill_threshold() -> int:
     """The threshold in force: ``LLMLOAD_SPILL_AFTER`` when set to a whole number >= 0, else :data:`SPILL_AFTER`."""
     text = os.environ.get(SPILL_AFTER_VARIABLE, "").strip()
     return int(text) if text.isdigit() else SPILL_AFTER
-#: values read back at once
-READ_CHUNK = 1 << 18
+
+
+#: values read back at once (512 KiB)
+READ_CHUNK = 1 << 16
+#: values gathered in one preallocated block before it joins the column (32 KiB: no array per record)
+BLOCK = 4096
 
 
 class SpillColumn:
@@ -46,7 +50,8 @@ class SpillColumn:
 
     def __init__(self, spill_after: int | None = None) -> None:
         self._parts: list[np.ndarray] = []
-        self._pending: list[float] = []
+        self._block = np.empty(BLOCK)
+        self._filled = 0
         self._held = 0
         self._file: IO[bytes] | None = None
         self._on_disk = 0
@@ -60,24 +65,36 @@ class SpillColumn:
         return self._file is not None
 
     def append(self, value: float) -> None:
-        self._pending.append(value)
+        self._block[self._filled] = value
+        self._filled += 1
         self.size += 1
-        if len(self._pending) >= 4096:
+        if self._filled == BLOCK:
             self._flush()
 
     def extend(self, values: np.ndarray) -> None:
-        self._flush()
-        self._parts.append(np.asarray(values, dtype=np.float64))
-        self._held += int(values.size)
+        values = np.asarray(values, dtype=np.float64).ravel()
         self.size += int(values.size)
-        self._maybe_spill()
+        while values.size:
+            room = BLOCK - self._filled
+            take = values[:room]
+            self._block[self._filled: self._filled + take.size] = take
+            self._filled += take.size
+            values = values[take.size:]
+            if self._filled == BLOCK:
+                self._flush()
 
     def _flush(self) -> None:
-        if self._pending:
-            self._parts.append(np.asarray(self._pending, dtype=np.float64))
-            self._held += len(self._pending)
-            self._pending = []
-            self._maybe_spill()
+        """The block's values join the column (and go to disk past the threshold)."""
+        if not self._filled:
+            return
+        if self._filled == BLOCK:
+            self._parts.append(self._block)
+            self._block = np.empty(BLOCK)
+        else:
+            self._parts.append(self._block[: self._filled].copy())
+        self._held += self._filled
+        self._filled = 0
+        self._maybe_spill()
 
     def _maybe_spill(self) -> None:
         if self._held <= self.spill_after:

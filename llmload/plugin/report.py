@@ -79,8 +79,6 @@ def open_journal(opts: Any) -> Any:
 def print_summary(run: Any) -> None:
     """The summary ``llmload bench`` prints, from the run core's metrics (:meth:`llmload.core.run.Run.finish`),
     with this run's accounting; then ``--llm-result`` and ``--llm-records``."""
-    import numpy as np
-
     from llmload.core.run import Outcome
     from llmload.summary import format_accounting, format_summary
 
@@ -90,10 +88,10 @@ def print_summary(run: Any) -> None:
     kept = run.records.kept
     # requests re-assigned from a lost worker are sent late on purpose: not the client's schedule lag (their
     # lags were left out as they arrived: ClusterRole.on_records)
-    lags = kept.lags(np.arange(kept.received))
+    lags = kept.lags()
     acc = run_accounting(run)
-    measured = run.core.finish(Outcome(kept.in_send_order(np.arange(kept.received)), kept.span(),
-                                       lags if lags.size else None, acc["not_sent"], lost=acc["lost"]),
+    measured = run.core.finish(Outcome(kept.in_send_order(), kept.span(),
+                                       lags if len(lags) else None, acc["not_sent"], lost=acc["lost"]),
                                class_slos=_class_slos(run))
     records, metrics = measured.records, measured.metrics
     health = client_health(run, lags, metrics.itl.median_ms, records)

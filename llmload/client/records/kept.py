@@ -3,8 +3,8 @@
 A :class:`RequestRecord` in memory is ~900 bytes even compacted (issue 37: the master grew ~1.3 KB a request of 16
 tokens), so a day-long run could not keep them. The process that collects a run's records (the master, or a
 single process) writes each one to the journal the moment it arrives (:mod:`llmload.client.records.journal`) and
-:class:`KeptRecords` remembers only where its line is, its place in the run (schedule index and turn) and its
-intended send time. At the end, :meth:`KeptRecords.in_send_order` gives a :class:`JournalRecords`: a read-only
+:class:`KeptRecords` remembers only where its line is and its intended send time (16 bytes), and on a master
+which arrival holds each schedule index (4 bytes); its schedule lag goes to a column on disk. At the end, :meth:`KeptRecords.in_send_order` gives a :class:`JournalRecords`: a read-only
 sequence that decodes each record from its line when it is read, in send order, without duplicates (a frozen
 worker's records sent twice: the last one counts, as before).
 
@@ -14,6 +14,7 @@ nothing.
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, overload
@@ -22,56 +23,69 @@ import numpy as np
 import orjson
 
 from llmload.client.records.record import RequestRecord
+from llmload.metrics.spill import Chunked, SpillColumn
 
 if TYPE_CHECKING:
     from llmload.client.records.journal import RecordJournal
 
-#: bits of a kept record's key that hold its turn (a conversation's turns: far fewer than a million)
+#: bits of a later turn's key that hold its turn (a conversation's turns: far fewer than a million)
 TURN_BITS = 20
 #: records read from the journal at once when a sequence is iterated
 READ_BATCH = 4096
+#: positions checked at once for being in send order already (no sort needed)
+_ORDER_CHECK = 1 << 16
 
 Fix = Callable[[RequestRecord], None]
 
 
-def record_key(index: int, turn: int) -> int:
-    """One int that sorts as ``(index, turn)`` (``index`` may be negative: a record no schedule entry names)."""
-    return (index << TURN_BITS) | min(max(turn, 0), (1 << TURN_BITS) - 1)
-
-
 class KeptRecords:
-    """The records of one run as they arrive: each written to ``journal`` (when it works) and remembered as
-    ``(key, where, intended send)``; the ones the journal could not take are kept whole."""
+    """The records of one run as they arrive: each written to ``journal`` (when it works) and remembered by where
+    its line is and when it was meant to be sent (16 bytes), its schedule lag on disk; the ones the journal could
+    not take are kept whole.
+
+    Records given a schedule ``index`` (a master's) are also placed by it: one int32 an index says which arrival
+    holds it (the last one, when a frozen worker sent a record twice); a conversation's later turns, and records
+    no schedule entry names, are kept as ``(index, turn, arrival)`` beside it. Records given none (one process)
+    count in arrival order."""
 
     def __init__(self, journal: RecordJournal | None) -> None:
         self.journal = journal
-        self._keys = array("q")
         #: the line's offset in the journal, or ``-1 - i``: the i-th record held in memory
         self._where = array("q")
         self._intended = array("d")
-        #: each record's schedule lag (NaN: none, closed loop)
-        self._lags = array("d")
+        #: each record's schedule lag (NaN: none, closed loop, or not the client's), on disk past a size
+        self._lags = SpillColumn()
         self._held: list[RequestRecord] = []
-        #: records received (duplicates included)
+        #: schedule index -> arrival (-1: none yet), for turn-0 records with an index
+        self._slot = array("i")
+        #: (index << 20 | turn, arrival) of the others that have an index
+        self._other_keys = array("q")
+        self._other_pos = array("q")
+        self.keyed = False
+        #: records received (duplicates included), and the duplicates among them
         self.received = 0
+        self.duplicates = 0
         #: the earliest ``start``, the latest ``start`` and ``end`` seen (the run's span, without reading back)
         self.first_start: float | None = None
         self.last_start: float | None = None
         self.last_end: float | None = None
 
-    def add(self, record: RequestRecord, key: int, *, counts_lag: bool = True) -> None:
-        """Keep ``record`` (already compacted, labelled) under ``key`` (:func:`record_key`); ``counts_lag``
-        False: its schedule lag is not the client's (a re-assigned request, late on purpose)."""
+    def add(self, record: RequestRecord, index: int | None = None, *, counts_lag: bool = True) -> None:
+        """Keep ``record`` (already compacted, labelled), filed under its schedule ``index`` and turn (None: in
+        arrival order); ``counts_lag`` False: its schedule lag is not the client's (a re-assigned request, late
+        on purpose)."""
         where = self.journal.add(record) if self.journal is not None else None
         if where is None:
             self._where.append(-1 - len(self._held))
             self._held.append(record)
         else:
             self._where.append(where[0])
-        self._keys.append(key)
+        arrival = self.received
+        if index is not None:
+            self._file(index, record.turn, arrival)
         self._intended.append(record.intended_send if record.intended_send is not None else 0.0)
         lag = record.schedule_lag if counts_lag else None
-        self._lags.append(float("nan") if lag is None else lag)
+        self._lags.append(math.nan if lag is None else lag)
         self.received += 1
         if self.first_start is None or record.start < self.first_start:
             self.first_start = record.start
@@ -80,6 +94,20 @@ class KeptRecords:
         end = record.end
         if end is not None and (self.last_end is None or end > self.last_end):
             self.last_end = end
+
+    def _file(self, index: int, turn: int, arrival: int) -> None:
+        self.keyed = True
+        if turn == 0 and 0 <= index < 1 << 31:
+            if index >= len(self._slot):
+                grow = max(index + 1 - len(self._slot), len(self._slot) // 2, 1024)
+                self._slot.extend(array("i", [-1]) * grow)
+            if self._slot[index] >= 0:
+                self.duplicates += 1
+            self._slot[index] = arrival
+            return
+        key = (index << TURN_BITS) | min(max(turn, 0), (1 << TURN_BITS) - 1)
+        self._other_keys.append(key)
+        self._other_pos.append(arrival)
 
     @property
     def in_memory(self) -> int:
@@ -97,61 +125,95 @@ class KeptRecords:
     def in_arrival_order(self, start: int = 0, stop: int | None = None) -> JournalRecords:
         """Records ``start`` to ``stop`` as they arrived (duplicates too)."""
         stop = self.received if stop is None else stop
-        return JournalRecords(self, np.arange(start, max(start, stop), dtype=np.int64))
+        return JournalRecords(self, np.arange(start, max(start, stop), dtype=_index_type(self.received)))
 
     def __len__(self) -> int:
-        """Records kept, a key's duplicates counted once."""
-        return int(np.unique(np.frombuffer(self._keys, dtype=np.int64)).size) if self._keys else 0
+        """Records that count (a key's duplicates once)."""
+        return int(self.distinct().size)
 
     def distinct(self) -> np.ndarray:
-        """Positions (in arrival order) of the records that count: the last one of each key, by key."""
-        keys = np.frombuffer(self._keys, dtype=np.int64)
-        if not keys.size:
-            return np.zeros(0, dtype=np.int64)
-        order = np.argsort(keys, kind="stable")
-        ordered = keys[order]
-        last = np.ones(ordered.size, dtype=bool)
-        last[:-1] = ordered[1:] != ordered[:-1]
-        return order[last]
+        """Arrival numbers of the records that count, by schedule index and turn (the last one of each); in
+        arrival order for records kept without an index."""
+        kind = _index_type(self.received)
+        if not self.keyed:
+            return np.arange(self.received, dtype=kind)
+        slot = np.frombuffer(self._slot, dtype=np.int32)
+        placed = np.flatnonzero(slot >= 0)
+        if not self._other_keys:
+            return slot[placed].astype(kind)
+        keys = np.concatenate([placed.astype(np.int64) << TURN_BITS, np.frombuffer(self._other_keys, dtype=np.int64)])
+        arrivals = np.concatenate([slot[placed].astype(np.int64), np.frombuffer(self._other_pos, dtype=np.int64)])
+        order = np.lexsort((arrivals, keys))  # by key, then by arrival: the last of a key counts
+        keys, arrivals = keys[order], arrivals[order]
+        last = np.ones(keys.size, dtype=bool)
+        last[:-1] = keys[1:] != keys[:-1]
+        return arrivals[last].astype(kind)
 
-    def keys_of(self, positions: np.ndarray) -> np.ndarray:
-        return np.frombuffer(self._keys, dtype=np.int64)[positions]
-
-    def lags(self, positions: np.ndarray, leave_out: Callable[[int], bool] | None = None) -> np.ndarray:
-        """The schedule lags of the records at ``positions`` (in that order) that have one, but those whose
-        schedule index ``leave_out`` names (re-assigned requests, late on purpose)."""
-        lags = np.frombuffer(self._lags, dtype=np.float64)[positions]
-        keep = ~np.isnan(lags)
-        if leave_out is not None:
-            indices = self.keys_of(positions) >> TURN_BITS
-            keep &= np.fromiter((not leave_out(i) for i in indices.tolist()), dtype=bool, count=indices.size)
-        return lags[keep]
+    def lags(self, positions: np.ndarray | None = None) -> Chunked:
+        """The schedule lags that count of the records at ``positions`` (None: every one), read from disk."""
+        if positions is None or positions.size == self.received:
+            return Chunked([self._lags], finite=True)  # every arrival counts: no need to pick
+        chosen = np.zeros(self.received, dtype=bool)
+        chosen[positions] = True
+        picked = SpillColumn()
+        lo = 0
+        for chunk in self._lags.chunks():
+            picked.extend(chunk[chosen[lo: lo + chunk.size]])
+            lo += chunk.size
+        return Chunked([picked], finite=True)
 
     def in_send_order(self, positions: np.ndarray | None = None, fix: Fix | None = None) -> JournalRecords:
         """The records that count (or those at ``positions``, already by key) in intended-send order (closed loop,
         where none has one: by key), each decoded when read; ``fix`` is applied to each record read."""
         if positions is None:
             positions = self.distinct()
-        intended = np.frombuffer(self._intended, dtype=np.float64)[positions]
-        positions = positions[np.argsort(intended, kind="stable")]
+        intended = np.frombuffer(self._intended, dtype=np.float64)
+        if not _ascending(intended, positions):
+            positions = positions[np.argsort(intended[positions], kind="stable")]
         return JournalRecords(self, positions, fix)
 
-    def lines(self) -> tuple[np.ndarray, np.ndarray]:
-        """Each kept record's ``(offset, length)`` in the journal (offset < 0: held in memory)."""
-        where = np.frombuffer(self._where, dtype=np.int64)
-        lengths = np.zeros(where.size, dtype=np.int64)
-        on_disk = np.flatnonzero(where >= 0)
-        if on_disk.size:
-            assert self.journal is not None
-            offsets = where[on_disk]
-            lengths[on_disk] = np.diff(offsets, append=self.journal.size)
-        return where, lengths
+    def line(self, arrival: int) -> tuple[int, int]:
+        """Where the record that arrived ``arrival``-th is: ``(offset, length)`` in the journal, or ``(-1 - i,
+        0)``: the i-th record held in memory. The journal's lines are those of the first arrivals, one after the
+        other (once a write fails, it takes no more)."""
+        offset = self._where[arrival]
+        if offset < 0:
+            return offset, 0
+        assert self.journal is not None
+        following = self._where[arrival + 1] if arrival + 1 < self.received else -1
+        return offset, (following if following >= 0 else self.journal.size) - offset
 
-    def read(self, position: int, offset: int, length: int) -> RequestRecord:
+    def lines(self, arrivals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`line` for many arrivals at once."""
+        where = np.frombuffer(self._where, dtype=np.int64)
+        offsets = where[arrivals]
+        following = where[np.minimum(arrivals + 1, max(self.received - 1, 0))].copy()
+        following[(arrivals + 1 >= self.received) | (following < 0)] = self.journal.size if self.journal else 0
+        lengths = np.where(offsets >= 0, following - offsets, 0)
+        return offsets, lengths
+
+    def read(self, offset: int, length: int) -> RequestRecord:
         if offset < 0:
             return self._held[-1 - offset]
         assert self.journal is not None
         return RequestRecord.from_dict(orjson.loads(self.journal.read_line(offset, length)))
+
+
+def _index_type(n: int) -> type[np.signedinteger]:
+    """int32 positions while they fit (4 bytes a record), else int64."""
+    return np.int32 if n < 1 << 31 else np.int64
+
+
+def _ascending(values: np.ndarray, positions: np.ndarray) -> bool:
+    """``values[positions]`` never decreases (checked a slice at a time: no copy of the whole)."""
+    last = -math.inf
+    for lo in range(0, positions.size, _ORDER_CHECK):
+        part = values[positions[lo: lo + _ORDER_CHECK]]
+        if part.size and (part[0] < last or bool(np.any(part[1:] < part[:-1]))):
+            return False
+        if part.size:
+            last = float(part[-1])
+    return True
 
 
 class JournalRecords(Sequence[RequestRecord]):
@@ -162,7 +224,6 @@ class JournalRecords(Sequence[RequestRecord]):
         self._kept = kept
         self._positions = positions
         self._fix = fix
-        self._where, self._lengths = kept.lines()
 
     def with_fix(self, fix: Fix | None) -> JournalRecords:
         return JournalRecords(self._kept, self._positions, fix)
@@ -170,11 +231,6 @@ class JournalRecords(Sequence[RequestRecord]):
     def subset(self, mask: np.ndarray) -> JournalRecords:
         """The records where ``mask`` (one bool a record, in this order) is true, in the same order."""
         return JournalRecords(self._kept, self._positions[mask], self._fix)
-
-    @property
-    def keys(self) -> np.ndarray:
-        """Each record's key (:func:`record_key`), in this order."""
-        return self._kept.keys_of(self._positions)
 
     def __len__(self) -> int:
         return int(self._positions.size)
@@ -190,14 +246,14 @@ class JournalRecords(Sequence[RequestRecord]):
 
     def __iter__(self) -> Iterator[RequestRecord]:
         for lo in range(0, self._positions.size, READ_BATCH):
-            batch = self._positions[lo: lo + READ_BATCH]
-            offsets, lengths = self._where[batch], self._lengths[batch]
+            batch = self._positions[lo: lo + READ_BATCH].astype(np.int64)
+            offsets, lengths = self._kept.lines(batch)
             first, blob = self._span(offsets, lengths)
-            for p, offset, length in zip(batch.tolist(), offsets.tolist(), lengths.tolist(), strict=True):
+            for offset, length in zip(offsets.tolist(), lengths.tolist(), strict=True):
                 if offset >= 0 and blob is not None:
                     record = RequestRecord.from_dict(orjson.loads(blob[offset - first: offset - first + length]))
                 else:
-                    record = self._kept.read(p, offset, length)
+                    record = self._kept.read(offset, length)
                 if self._fix is not None:
                     self._fix(record)
                 yield record
@@ -216,7 +272,7 @@ class JournalRecords(Sequence[RequestRecord]):
         return first, journal.read_line(first, last - first)
 
     def _read(self, position: int) -> RequestRecord:
-        record = self._kept.read(position, int(self._where[position]), int(self._lengths[position]))
+        record = self._kept.read(*self._kept.line(position))
         if self._fix is not None:
             self._fix(record)
         return record
