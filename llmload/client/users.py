@@ -144,6 +144,7 @@ class LLMUser(User):
             intended_send=intended_send,
             worker=self._worker,
             user_class=type(self).__name__,
+            schedule_index=index,
         )
 
     def send(

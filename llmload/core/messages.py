@@ -27,6 +27,10 @@ from llmload.datasets.base import SampleRequest, Turn
 _TIME_FIELDS = ("start", "first_token", "first_answer_token", "intended_send", "dispatched_at")
 
 
+#: the key a shipped record's schedule index travels under (beside the record's fields; not a records-file column)
+SCHEDULE_INDEX_KEY = "schedule_index"
+
+
 def records_message(records: list[dict[str, Any]], dispatched: list[int]) -> tuple[str, dict[str, Any]]:
     """The ``(name, data)`` of one batch."""
     return RECORDS, {"records": records, "dispatched": dispatched, "clock": clock_offset()}
@@ -45,6 +49,8 @@ def read_records_message(data: dict[str, Any], my_clock: float) -> RecordBatch:
     records = []
     for raw in data.get("records", []):
         record = RequestRecord.from_dict(raw)
+        index = raw.get(SCHEDULE_INDEX_KEY)
+        record.schedule_index = int(index) if index is not None else None
         shift_record(record, shift)
         records.append(record)
     return RecordBatch(records, [int(i) for i in data.get("dispatched", [])])

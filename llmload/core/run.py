@@ -39,6 +39,7 @@ from llmload.core.workload import (
     schedule_spec,
 )
 from llmload.metrics.cost import Deployment, deployment_from
+from llmload.metrics.spill import Chunked
 from llmload.options import option_value
 
 Log = Callable[[str], None]
@@ -207,7 +208,7 @@ class Outcome:
 
     records: Sequence[RequestRecord]
     duration: float
-    schedule_lags_s: Sequence[float] | None
+    schedule_lags_s: Sequence[float] | Chunked | None
     unsent: int
     workers: list[dict[str, Any]] | None = None
     lost: int = 0

@@ -16,7 +16,7 @@ import numpy as np
 from llmload.client.records import RequestRecord
 from llmload.client.records.journal import RecordJournal
 from llmload.client.records.kept import JournalRecords, KeptRecords
-from llmload.core.messages import records_message
+from llmload.core.messages import SCHEDULE_INDEX_KEY, records_message
 
 
 class RecordSink(Protocol):
@@ -118,7 +118,10 @@ class BatchShipper:
         self.shipped = 0
 
     def add(self, record: RequestRecord) -> None:
-        self._records.append(record.to_dict())
+        data = record.to_dict()
+        if record.schedule_index is not None:
+            data[SCHEDULE_INDEX_KEY] = record.schedule_index  # the master files it by this, not by its id
+        self._records.append(data)
 
     def dispatched(self, index: int) -> None:
         """Request ``index`` of the global schedule was released (the master re-assigns only what was not)."""

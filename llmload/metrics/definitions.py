@@ -31,11 +31,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from llmload.metrics.request import MeasuredRequest
+
+if TYPE_CHECKING:
+    from llmload.metrics.spill import Chunked
 
 #: ``Metric.applies_to``: successful and not cut off
 COMPLETED = "completed"
@@ -120,7 +123,7 @@ def schedule_lag_s(record: MeasuredRequest) -> float | None:
 LATE_SEND_MS = 10.0
 
 
-def late_sends(schedule_lags_s: Iterable[float], threshold_ms: float = LATE_SEND_MS) -> int:
+def late_sends(schedule_lags_s: Iterable[float] | Chunked, threshold_ms: float = LATE_SEND_MS) -> int:
     """How many schedule lags (seconds) are over ``threshold_ms``: the one count of late sends (``schedule_lags_s``
     may be a :class:`~llmload.metrics.spill.Chunked` source, read a chunk at a time)."""
     chunks = getattr(schedule_lags_s, "chunks", None)

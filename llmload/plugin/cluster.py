@@ -180,7 +180,7 @@ class ClusterRole:
             self.runner.send_message(protocol.JOB, job.data(), client_id=client.id)
         if track:
             assert isinstance(self.schedule, Schedule)
-            self.request_index = self.schedule.index_of()
+            self.request_index = {}  # made only if a worker's records do not carry their index (_index_of)
             gevent.spawn(self._watch_workers)
 
     def _watch_workers(self) -> None:
@@ -223,6 +223,12 @@ class ClusterRole:
                 return
             gevent.sleep(0.05)
 
+    def _index_of(self) -> dict[str, int]:
+        """Request id -> schedule index, for records from a worker that does not say (an older llmload)."""
+        if not self.request_index and isinstance(self.schedule, Schedule):
+            self.request_index = self.schedule.index_of()
+        return self.request_index
+
     def on_records(self, msg: Any, **_: Any) -> None:
         if self.gate is not None and not self.gate.trusted(msg.node_id):
             return  # a stranger's records are not the run's
@@ -231,7 +237,9 @@ class ClusterRole:
         state = self.cluster.get(msg.node_id)
         for record in batch.records:
             record.worker = name
-            index = self.request_index.get(record.conversation_id or record.request_id, -1)
+            index = record.schedule_index
+            if index is None:
+                index = self._index_of().get(record.conversation_id or record.request_id, -1)
             # a re-assigned request was sent late on purpose: its lag is not the client's
             self.records.add(record, counts_lag=index not in self.reassigned)
             if state is not None:

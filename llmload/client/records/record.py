@@ -250,6 +250,10 @@ class RequestRecord:
     #: set when the records journal holds the generated text instead of ``generated_text`` (not a column of the
     #: records file: :meth:`to_dict` writes the text itself)
     held_text: HeldText | None = field(default=None, repr=False, compare=False)
+    #: the request's place in the run's schedule (a conversation's turns share it), as the sender knew it: what a
+    #: master files the record under without a table of request ids (not a column of the records file; None:
+    #: not a scheduled request)
+    schedule_index: int | None = field(default=None, repr=False, compare=False)
 
     def text(self) -> str:
         """The generated text, read back from the records journal when it was moved there."""
@@ -323,8 +327,8 @@ class RequestRecord:
         return record
 
 
-#: the fields a record file holds (every one but where a text is held)
-_FIELDS = tuple(f for f in fields(RequestRecord) if f.name != "held_text")
+#: the fields a record file holds (every one but where a text is held and the schedule index)
+_FIELDS = tuple(f for f in fields(RequestRecord) if f.name not in ("held_text", "schedule_index"))
 _NAMES = frozenset(f.name for f in _FIELDS)
 #: a field never equal to this is always written
 _KEEP = object()
