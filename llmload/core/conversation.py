@@ -116,6 +116,9 @@ def turn_count(sample: SampleRequest) -> int:
 
 def request_count(requests: Any) -> int:
     """Requests a sequence of scheduled entries makes, every turn of every conversation counted."""
+    total = getattr(requests, "turn_total", None)
+    if total is not None:  # a Schedule: counted over its sample pool, without making each entry
+        return int(total(turn_count))
     return sum(turn_count(r.sample) for r in requests)
 
 

@@ -13,8 +13,9 @@ offset on every process alike.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import overload
 
 import numpy as np
 
@@ -79,11 +80,80 @@ def request_ids(samples: Sequence[SampleRequest], count: int) -> list[str]:
     return ids
 
 
+class RequestIds:
+    """The run-wide id of request ``i`` of a run cycling over ``samples``, made when asked: exactly
+    :func:`request_ids`' (the sample's own id or its position, ``#k`` appended to its k-th repeat), without a
+    string kept per request. The k of request ``i`` at pool position ``p = i % len(samples)`` is its lap times how
+    often its id is in the pool, plus how often it came earlier in the pool."""
+
+    def __init__(self, samples: Sequence[SampleRequest]) -> None:
+        self._samples = samples
+        self._size = len(samples)
+        self._mult: np.ndarray | None = None
+        self._rank: np.ndarray | None = None
+        if any(s.request_id for s in samples):  # only own ids can repeat (positions never do among themselves)
+            seen: dict[str, int] = {}
+            rank = np.zeros(self._size, dtype=np.int32)
+            for p in range(self._size):
+                base = self.base(p)
+                rank[p] = seen.get(base, 0)
+                seen[base] = rank[p] + 1
+            if any(n > 1 for n in seen.values()):
+                self._rank = rank
+                self._mult = np.fromiter((seen[self.base(p)] for p in range(self._size)), dtype=np.int32,
+                                         count=self._size)
+
+    def base(self, position: int) -> str:
+        return self._samples[position].request_id or str(position)
+
+    def __call__(self, index: int) -> str:
+        position, lap = index % self._size, index // self._size
+        k = lap if self._mult is None or self._rank is None else lap * int(self._mult[position]) + int(
+            self._rank[position])
+        base = self.base(position)
+        return base if k == 0 else f"{base}#{k}"
+
+
+class ScheduleEntries(Sequence[Scheduled]):
+    """A schedule's requests, each made when read from its offset, its sample and the seed's draws: a run of
+    millions of requests keeps 8 bytes a request (its offset) and a byte for its user class, not an object."""
+
+    def __init__(self, samples: Sequence[SampleRequest], offsets: np.ndarray, class_names: Sequence[str],
+                 class_picks: np.ndarray | None) -> None:
+        self.samples = samples
+        self.offsets = offsets
+        self.class_names = tuple(class_names) or ("",)
+        self.class_picks = class_picks
+        self.ids = RequestIds(samples)
+
+    def __len__(self) -> int:
+        return int(self.offsets.size)
+
+    @overload
+    def __getitem__(self, index: int) -> Scheduled: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Scheduled]: ...
+    def __getitem__(self, index: int | slice) -> Scheduled | list[Scheduled]:
+        if isinstance(index, slice):
+            return [self._entry(i) for i in range(*index.indices(len(self)))]
+        if not -len(self) <= index < len(self):
+            raise IndexError("schedule index out of range")
+        return self._entry(index % len(self))
+
+    def __iter__(self) -> Iterator[Scheduled]:
+        return (self._entry(i) for i in range(len(self)))
+
+    def _entry(self, i: int) -> Scheduled:
+        name = self.class_names[int(self.class_picks[i])] if self.class_picks is not None else self.class_names[0]
+        return Scheduled(i, float(self.offsets[i]), self.samples[i % len(self.samples)], self.ids(i), name)
+
+
 @dataclass
 class Schedule:
-    """A finite run: ``entries[i]`` is due at ``offsets[i]`` seconds after the start."""
+    """A finite run: ``entries[i]`` is due at ``offsets[i]`` seconds after the start (built ones make each entry
+    when it is read: :class:`ScheduleEntries`)."""
 
-    entries: list[Scheduled]
+    entries: Sequence[Scheduled]
     offsets: np.ndarray = field(repr=False)
 
     @classmethod
@@ -93,13 +163,9 @@ class Schedule:
         ``(user class name, weight)`` pairs for a mixed workload, assigned per request from the seed."""
         if not samples:
             raise ConfigError("the workload has no samples")
-        offsets = send_offsets(spec, samples)
-        count = len(offsets)
-        names = assign_classes(classes, count, spec.seed)
-        ids = request_ids(samples, count)
-        entries = [Scheduled(i, float(offsets[i]), samples[i % len(samples)], ids[i], names[i])
-                   for i in range(count)]
-        return cls(entries, np.asarray(offsets, dtype=float))
+        offsets = np.asarray(send_offsets(spec, samples), dtype=float)
+        names, picks = class_picks(classes, len(offsets), spec.seed)
+        return cls(ScheduleEntries(samples, offsets, names, picks), offsets)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -110,15 +176,28 @@ class Schedule:
     def __iter__(self) -> Iterator[Scheduled]:
         return iter(self.entries)
 
-    def share(self, worker_index: int, worker_count: int) -> list[Scheduled]:
-        """Worker ``worker_index`` of ``worker_count``'s requests: every ``worker_count``-th, round robin (the one
-        split rule, :func:`llmload.core.arrivals.share_for_worker`)."""
+    def share_indices(self, worker_index: int, worker_count: int) -> list[int]:
+        """The global indices of worker ``worker_index`` of ``worker_count``'s requests (the one split rule,
+        :func:`llmload.core.arrivals.share_for_worker`)."""
         from llmload.core.arrivals import share_for_worker
 
-        return [self.entries[i] for i in share_for_worker(self.offsets, worker_index, worker_count)]
+        return [int(i) for i in share_for_worker(self.offsets, worker_index, worker_count)]
+
+    def share(self, worker_index: int, worker_count: int) -> list[Scheduled]:
+        """Worker ``worker_index`` of ``worker_count``'s requests: every ``worker_count``-th, round robin."""
+        return [self.entries[i] for i in self.share_indices(worker_index, worker_count)]
+
+    def turn_total(self, turns: Callable[[SampleRequest], int]) -> int:
+        """``turns`` summed over every request's sample, counted per pool sample (a run cycles over its pool)."""
+        entries = self.entries
+        if not isinstance(entries, ScheduleEntries):
+            return sum(turns(e.sample) for e in entries)
+        pool, n = entries.samples, len(entries)
+        laps, rest = divmod(n, len(pool))
+        return laps * sum(turns(s) for s in pool) + sum(turns(pool[p]) for p in range(rest))
 
     def index_of(self) -> dict[str, int]:
-        """Request id -> global index (a master files the records its workers send under it)."""
+        """Request id -> global index (for records that do not carry their index: an older worker's)."""
         return {e.request_id: e.index for e in self.entries}
 
 
@@ -147,15 +226,23 @@ def send_offsets(spec: ScheduleSpec, samples: Sequence[SampleRequest]) -> np.nda
 def assign_classes(classes: Sequence[tuple[str, float]], count: int, seed: int) -> list[str]:
     """Which user class sends each request of a mixed workload: drawn by weight from its own stream of the
     seed (so adding classes does not move the send times). One class or none: ``''`` for every request."""
+    names, picks = class_picks(classes, count, seed)
+    return [names[0]] * count if picks is None else [names[k] for k in picks.tolist()]
+
+
+def class_picks(classes: Sequence[tuple[str, float]], count: int, seed: int) -> tuple[tuple[str, ...],
+                                                                                     np.ndarray | None]:
+    """:func:`assign_classes` as the class names and one small int a request (None: every request has the
+    first, or only, name)."""
     if len(classes) <= 1:
-        return [classes[0][0] if classes else ""] * count
-    names = [name for name, _ in classes]
+        return (classes[0][0] if classes else "",), None
+    names = tuple(name for name, _ in classes)
     weights = np.asarray([max(0.0, float(w)) for _, w in classes])
     if weights.sum() <= 0:
         raise ConfigError("the user classes' weights add up to 0")
     rng = np.random.default_rng([seed, 0x11A])
     picks = rng.choice(len(names), size=count, p=weights / weights.sum())
-    return [names[k] for k in picks]
+    return names, picks.astype(np.int16 if len(names) < 1 << 15 else np.int64)
 
 
 class LiveSchedule:

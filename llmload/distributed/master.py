@@ -254,7 +254,7 @@ class BenchMaster:
         self._ids, self._schedule = None, schedule
         for k, cid in enumerate(client_ids):
             state = WorkerState(cid, self.runner.get_worker_index(cid))
-            state.assigned = IndexSet(e.index for e in schedule.share(k, n))
+            state.assigned = IndexSet(schedule.share_indices(k, n))
             self.workers[cid] = state
             self._send_job(state, sorted(state.assigned), job, shares[k], first=True)
         stopped = forced = False

@@ -167,7 +167,7 @@ class ClusterRole:
                 items = sample_items(self.schedule.samples)
             else:
                 assert isinstance(self.schedule, Schedule)
-                indices = [e.index for e in self.schedule.share(k, count)]
+                indices = self.schedule.share_indices(k, count)
                 items = job_items(self.schedule, indices)
                 if track:
                     state = WorkerState(client.id, self.runner.get_worker_index(client.id))

@@ -1,0 +1,62 @@
+"""A built Schedule makes each entry when it is read (issue 37): the same entries, ids and classes as one made
+whole, without an object or a string kept per request."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmload.core.conversation import request_count, turn_count
+from llmload.core.schedule import (
+    Schedule,
+    Scheduled,
+    ScheduleEntries,
+    ScheduleSpec,
+    assign_classes,
+    request_ids,
+)
+from llmload.datasets.base import SampleRequest
+
+ids = st.lists(st.sampled_from(["", "a", "b", "1", "2", "a#1"]), min_size=1, max_size=12)
+
+
+@settings(max_examples=80, deadline=None)
+@given(ids, st.integers(min_value=1, max_value=60))
+def test_ids_are_those_of_request_ids(own: list[str], count: int) -> None:
+    samples = [SampleRequest(prompt=f"p{k}", prompt_len=3, expected_output_len=4, request_id=i)
+               for k, i in enumerate(own)]
+    spec = ScheduleSpec(request_rate=10.0, seed=7)
+    made = Schedule.build(spec, samples)
+    assert isinstance(made.entries, ScheduleEntries)
+    whole = request_ids(samples, len(made))
+    assert [e.request_id for e in made] == whole
+    assert len(made) == len(samples)  # one request per sample without a rate shape
+    # a pool shorter than the run (a rate shape's count): the ids cycle as request_ids' do
+    longer = ScheduleEntries(samples, made.offsets.repeat(1 + count // len(samples))[:count], ("",), None)
+    assert [e.request_id for e in longer] == request_ids(samples, count)
+
+
+def test_entries_match_a_whole_schedule_with_classes_and_slices() -> None:
+    samples = [SampleRequest(prompt=f"p{k}", prompt_len=3 + k, expected_output_len=4, request_id=f"r{k % 3}")
+               for k in range(7)]
+    classes = [("Chat", 3.0), ("Code", 1.0)]
+    spec = ScheduleSpec(request_rate=5.0, burstiness=0.5, seed=3)
+    made = Schedule.build(spec, samples, classes)
+    names = assign_classes(classes, len(made), spec.seed)
+    want = [Scheduled(i, float(made.offsets[i]), samples[i % 7], rid, names[i])
+            for i, rid in enumerate(request_ids(samples, len(made)))]
+    assert list(made) == want
+    assert made[3] == want[3] and made[-1] == want[-1] and made.entries[2:5] == want[2:5]
+    assert made.share(1, 3) == [want[i] for i in made.share_indices(1, 3)]
+    assert {e.user_class for e in made} == {"Chat", "Code"}
+
+
+def test_the_request_count_is_counted_over_the_pool() -> None:
+    from llmload.datasets.base import Turn
+
+    chat = SampleRequest(prompt="hi", prompt_len=1, expected_output_len=2,
+                         turns=[Turn("hi", 1, "yo", 1), Turn("and", 1, "so", 1), Turn("bye", 1, "ok", 1)])
+    plain = SampleRequest(prompt="x", prompt_len=1, expected_output_len=2)
+    made = Schedule.build(ScheduleSpec(request_rate=1.0), [chat, plain, plain])
+    entries = list(made)
+    assert request_count(made) == sum(turn_count(e.sample) for e in entries) == 5
