@@ -14,14 +14,16 @@ null. A conversation or a session travels whole: it stays on one worker.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
+
+import numpy as np
 
 from llmload.client.records import RequestRecord
 from llmload.client.transport.clock import clock_offset
 from llmload.core.protocol import RECORDS
-from llmload.core.schedule import Schedule, Scheduled
+from llmload.core.schedule import Schedule, Scheduled, ScheduleEntries
 from llmload.datasets.base import SampleRequest, Turn
 
 _TIME_FIELDS = ("start", "first_token", "first_answer_token", "intended_send", "dispatched_at")
@@ -67,35 +69,118 @@ def shift_record(record: RequestRecord, shift: float) -> None:
     record.chunk_times = [t + shift for t in record.chunk_times]
 
 
-def job_items(schedule: Schedule, indices: Sequence[int]) -> list[list[Any]]:
-    """The requests ``indices`` of ``schedule`` as job items (prompts included: workers need no dataset)."""
-    return [item(schedule[i]) for i in indices]
+def job_items(schedule: Schedule, indices: Sequence[int]) -> list[list[Any]] | dict[str, Any]:
+    """The requests ``indices`` of ``schedule`` as a job (prompts included: workers need no dataset). A built
+    schedule's go as a pool of the samples they use and one row of numbers a request (:class:`JobRequests`);
+    a schedule made of entries (a sweep's trimmed one) as one item a request."""
+    entries = schedule.entries
+    if not isinstance(entries, ScheduleEntries):
+        return [item(schedule[i]) for i in indices]
+    index = np.asarray(indices, dtype=np.int64)
+    used, row_position = np.unique(index % len(entries.samples), return_inverse=True)
+    # one pool entry per sample object (an oversampled dataset repeats its samples: each travels once)
+    slot: dict[int, int] = {}
+    pool: list[list[Any]] = []
+    of_position = np.empty(used.size, dtype=np.int32)
+    for k, p in enumerate(used.tolist()):
+        sample = entries.samples[p]
+        if id(sample) not in slot:
+            slot[id(sample)] = len(pool)
+            pool.append(sample_item(sample))
+        of_position[k] = slot[id(sample)]
+    picks = entries.class_picks
+    return {"pool": pool, "cycle": len(entries.samples), "index": index.tobytes(),
+            "offset": entries.offsets[index].tobytes(), "sample": of_position[row_position].tobytes(),
+            "repeat": entries.ids.repeats(index).tobytes(),
+            "classes": list(entries.class_names),
+            "class": picks[index].astype(np.int16).tobytes() if picks is not None else None}
 
 
-def item(request: Scheduled) -> list[Any]:
-    s = request.sample
+def sample_item(s: SampleRequest) -> list[Any]:
+    """What a worker needs of a sample: ``[prompt, prompt_len, output_len, conversation, session, request_id]``."""
     conversation = None
     if s.turns is not None:
         conversation = {"turns": [[t.user, t.user_len, t.reply, t.reply_len] for t in s.turns],
                         "system": s.system, "system_len": s.system_len}
     session = s.session.to_dict() if s.session is not None else None
-    return [request.index, request.offset, s.prompt, s.prompt_len, s.expected_output_len, request.request_id,
+    return [s.prompt, s.prompt_len, s.expected_output_len, conversation, session, s.request_id]
+
+
+def item(request: Scheduled) -> list[Any]:
+    prompt, prompt_len, output_len, conversation, session, _ = sample_item(request.sample)
+    return [request.index, request.offset, prompt, prompt_len, output_len, request.request_id,
             request.user_class, conversation, session]
 
 
-def job_requests(items: list[list[Any]]) -> list[Scheduled]:
-    """The requests of a job, with their run-wide ids, user classes and conversations."""
+def _sample(prompt: str, prompt_len: int, output_len: int, request_id: str, conversation: Any,
+            session: Any) -> SampleRequest:
+    sample = SampleRequest(prompt=prompt, prompt_len=prompt_len, expected_output_len=output_len, request_id=request_id)
+    if conversation:
+        sample.turns = [Turn(*t) for t in conversation["turns"]]
+        sample.system, sample.system_len = conversation.get("system", ""), conversation.get("system_len", 0)
+    if session:
+        from llmload.datasets.traces.weka_replay import AgentSession
+
+        sample.session = AgentSession.from_dict(session)
+    return sample
+
+
+class JobRequests(Sequence[Scheduled]):
+    """A compact job's requests (:func:`job_items`), each :class:`Scheduled` made when read: a worker holds
+    each sample its share uses once and 26 bytes a request, not an object a request (issue 37). A request's id
+    is its sample's own id (or its position in the master's list of samples, ``index % cycle``) with ``#k``
+    for its k-th repeat, as :class:`~llmload.core.schedule.RequestIds` made it."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        self._pool = [_sample(prompt, prompt_len, output_len, own_id, conversation, session)
+                      for prompt, prompt_len, output_len, conversation, session, own_id in job["pool"]]
+        self._cycle = int(job["cycle"])
+        self._index = np.frombuffer(job["index"], dtype=np.int64)
+        self._offset = np.frombuffer(job["offset"], dtype=np.float64)
+        self._sample = np.frombuffer(job["sample"], dtype=np.int32)
+        self._repeat = np.frombuffer(job["repeat"], dtype=np.int64)
+        self._classes = tuple(job.get("classes") or ("",))
+        picks = job.get("class")
+        self._class = np.frombuffer(picks, dtype=np.int16) if picks is not None else None
+
+    def __len__(self) -> int:
+        return int(self._index.size)
+
+    @overload
+    def __getitem__(self, i: int) -> Scheduled: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[Scheduled]: ...
+    def __getitem__(self, i: int | slice) -> Scheduled | list[Scheduled]:
+        if isinstance(i, slice):
+            return [self._entry(k) for k in range(*i.indices(len(self)))]
+        return self._entry(range(len(self))[i])
+
+    def __iter__(self) -> Iterator[Scheduled]:
+        return (self._entry(k) for k in range(len(self)))
+
+    def turn_total(self, turns: Callable[[SampleRequest], int]) -> int:
+        """``turns`` summed over every request's sample, counted per pool sample."""
+        uses = np.bincount(self._sample, minlength=len(self._pool))
+        return int(sum(int(n) * turns(s) for n, s in zip(uses.tolist(), self._pool, strict=True)))
+
+    def _entry(self, k: int) -> Scheduled:
+        sample = self._pool[int(self._sample[k])]
+        index, repeat = int(self._index[k]), int(self._repeat[k])
+        base = sample.request_id or str(index % self._cycle)
+        rid = base if repeat == 0 else f"{base}#{repeat}"
+        name = self._classes[int(self._class[k])] if self._class is not None else self._classes[0]
+        return Scheduled(index, float(self._offset[k]), sample, rid, name)
+
+
+def job_requests(items: list[list[Any]] | dict[str, Any]) -> Sequence[Scheduled]:
+    """The requests of a job, with their run-wide ids, user classes and conversations (a compact job's made as
+    they are read: :class:`JobRequests`)."""
+    if isinstance(items, dict):
+        return JobRequests(items)
     out = []
     for idx, off, prompt, prompt_len, output_len, rid, *rest in items:
-        sample = SampleRequest(prompt=prompt, prompt_len=prompt_len, expected_output_len=output_len, request_id=rid)
         conversation = rest[1] if len(rest) > 1 else None
-        if conversation:
-            sample.turns = [Turn(*t) for t in conversation["turns"]]
-            sample.system, sample.system_len = conversation.get("system", ""), conversation.get("system_len", 0)
         session = rest[2] if len(rest) > 2 else None
-        if session:
-            from llmload.datasets.traces.weka_replay import AgentSession
-
-            sample.session = AgentSession.from_dict(session)
+        sample = _sample(prompt, prompt_len, output_len, rid, conversation, session)
         out.append(Scheduled(int(idx), float(off), sample, rid, rest[0] if rest else ""))
     return out

@@ -70,7 +70,8 @@ class Job(Payload):
     (``{rate, burstiness, seed, classes}``); ``open_loop``/``headless``/``model``: what the master's options
     decided at its start (``locust -f``)."""
 
-    items: list[list[Any]]
+    #: one item a request, or a compact job: a pool of samples and a row a request (core/messages.job_items)
+    items: list[list[Any]] | dict[str, Any]
     start_wall: float
     first: bool = True
     part: tuple[int, int] | list[int] = (0, 1)

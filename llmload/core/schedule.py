@@ -106,6 +106,13 @@ class RequestIds:
     def base(self, position: int) -> str:
         return self._samples[position].request_id or str(position)
 
+    def repeats(self, indices: np.ndarray) -> np.ndarray:
+        """The k of each of ``indices`` (int64; 0: the id is its base alone)."""
+        positions, laps = indices % self._size, indices // self._size
+        if self._mult is None or self._rank is None:
+            return laps.astype(np.int64)
+        return (laps * self._mult[positions] + self._rank[positions]).astype(np.int64)
+
     def __call__(self, index: int) -> str:
         position, lap = index % self._size, index // self._size
         k = lap if self._mult is None or self._rank is None else lap * int(self._mult[position]) + int(

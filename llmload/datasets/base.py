@@ -26,9 +26,10 @@ class Turn:
     """Tokens of the recorded reply: this turn's ``max_tokens`` unless ``--output-len`` fixes it."""
 
 
-@dataclass
+@dataclass(slots=True)
 class SampleRequest:
-    """One request to send, built (and tokenized) before the test starts."""
+    """One request to send, built (and tokenized) before the test starts (slots: a run may hold millions, ~180
+    bytes each instead of ~650 with a ``__dict__``)."""
 
     prompt: str
     """The text sent as the prompt (first user turn for ShareGPT)."""

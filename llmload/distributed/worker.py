@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from time import perf_counter
 from typing import Any
 
@@ -133,7 +133,7 @@ class BenchWorker:
         self.released += turn_count(request.sample)
         self.shipper.dispatched(request.index)
 
-    def _dispatch(self, job: Job, requests: list[Scheduled], user: Any, start_at: float) -> Tally:
+    def _dispatch(self, job: Job, requests: Sequence[Scheduled], user: Any, start_at: float) -> Tally:
         """The job's loop (:func:`llmload.core.run.send_share`): its share of the open-loop schedule, or its
         closed-loop users over its requests."""
         closed = job.closed or {}

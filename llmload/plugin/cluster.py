@@ -163,6 +163,7 @@ class ClusterRole:
         self.cluster, self.jobs, self.reassigned = {}, {}, IndexSet()
         track = live is None and self.open_loop and self.headless
         for k, client in enumerate(clients):
+            items: list[list[Any]] | dict[str, Any]
             if live is not None:
                 items = sample_items(self.schedule.samples)
             else:

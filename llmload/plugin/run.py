@@ -270,7 +270,7 @@ class LocustRun(ClusterRole, RunState):
     def _requests_from_plan(self, plan: Job) -> list[Scheduled]:
         from llmload.core.messages import job_requests
 
-        requests = job_requests(plan.items)
+        requests = list(job_requests(plan.items))  # Locust's users take from a list that later jobs extend
         live = plan.live
         if not live:
             self.schedule = None

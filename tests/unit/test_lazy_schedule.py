@@ -60,3 +60,30 @@ def test_the_request_count_is_counted_over_the_pool() -> None:
     made = Schedule.build(ScheduleSpec(request_rate=1.0), [chat, plain, plain])
     entries = list(made)
     assert request_count(made) == sum(turn_count(e.sample) for e in entries) == 5
+
+
+def test_a_compact_job_carries_every_request_of_a_share_through_locust_s_wire() -> None:
+    import msgpack
+
+    from llmload.core.messages import JobRequests, job_items, job_requests
+    from llmload.core.protocol import Job
+
+    samples = [SampleRequest(prompt=f"prompt {k}", prompt_len=2, expected_output_len=5 + k,
+                             request_id=["", "x", "x"][k % 3]) for k in range(5)]
+    made = Schedule.build(ScheduleSpec(request_rate=20.0, seed=1), samples * 3, [("A", 1.0), ("B", 2.0)])
+    indices = made.share_indices(1, 2)
+    job = Job(job_items(made, indices), 0.0)
+    # as Locust's rpc Message serializes a message's data (msgpack, bytes as bin)
+    wire = msgpack.loads(msgpack.dumps(("llm_job", job.data(), "m")), raw=False, strict_map_key=False)
+    got = job_requests(Job.from_data(wire[1]).items)
+    assert isinstance(got, JobRequests) and len(got) == len(indices)
+    want = [made[i] for i in indices]
+
+    def seen(e: Scheduled) -> tuple:
+        return (e.index, e.offset, e.request_id, e.user_class, e.sample.prompt, e.sample.prompt_len,
+                e.sample.expected_output_len)
+
+    assert [seen(e) for e in got] == [seen(e) for e in want]
+    assert seen(got[-1]) == seen(want[-1]) and [seen(e) for e in got[1:3]] == [seen(e) for e in want[1:3]]
+    assert request_count(got) == request_count(want)
+    assert len({id(e.sample) for e in got}) <= 5  # one sample object per pool sample, not per request
