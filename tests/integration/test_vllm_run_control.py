@@ -48,7 +48,10 @@ def test_warmups_probes_queue_and_spec_decode(child_runner, sim) -> None:
     assert result["mean_e2el_including_client_queue_ms"] == pytest.approx(
         result["mean_e2el_ms"] + result["mean_client_queue_time_ms"], rel=1e-9)
     # the simulator's counter model: position i accepted with 0.6^(i+1), drafts from the tokens generated
-    assert result["spec_decode_per_position_acceptance_rates"] == pytest.approx([0.6, 0.36], abs=0.02)
+    # the simulator's counters are whole numbers (floor(drafts * a^(i+1))): a rate over the run's drafts is exact
+    # to within one accepted token in the difference of two scrapes, 2 / drafts (a short run has few drafts)
+    slack = max(0.02, 2.0 / max(1, result["spec_decode_num_drafts"]))
+    assert result["spec_decode_per_position_acceptance_rates"] == pytest.approx([0.6, 0.36], abs=slack)
     assert result["spec_decode_draft_tokens"] == 2 * result["spec_decode_num_drafts"] > 0
     out = run.stdout
     order = [out.index(s) for s in ("Total token throughput", "Probe Requests", "Time to First Token",

@@ -228,10 +228,6 @@ class JournalRecords(Sequence[RequestRecord]):
     def with_fix(self, fix: Fix | None) -> JournalRecords:
         return JournalRecords(self._kept, self._positions, fix)
 
-    def subset(self, mask: np.ndarray) -> JournalRecords:
-        """The records where ``mask`` (one bool a record, in this order) is true, in the same order."""
-        return JournalRecords(self._kept, self._positions[mask], self._fix)
-
     def __len__(self) -> int:
         return int(self._positions.size)
 
