@@ -112,7 +112,7 @@ def detailed_lists(records: Sequence[MeasuredRequest], metrics: BenchmarkMetrics
         output_lens = [output_tokens(r) for r in records]
     return {
         "input_lens": _per_request(records, input_tokens, streamed),
-        "output_lens": list(output_lens),
+        "output_lens": StreamedList(len(output_lens), lambda: iter(output_lens)) if streamed else list(output_lens),
         "ttfts": _per_request(records, lambda r: t if (t := ttft_s(r)) is not None else 0.0, streamed),
         "itls": _per_request(records, itls_s, streamed),
         "generated_texts": _per_request(records, lambda r: r.text(), streamed),

@@ -3,6 +3,7 @@ result JSON's keys in vLLM's order followed by llmload's own (``to_result_dict``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -63,7 +64,7 @@ class BenchmarkMetrics:
     #: request had none); None when no completed request carried it
     total_input_server: int | None = None
     #: per record, in input order: counted output tokens (0 unless completed), as vLLM's ``actual_output_lens``
-    output_lens: list[int] = field(default_factory=list)
+    output_lens: Sequence[int] = field(default_factory=list)
     #: failed and cut-off requests by kind (:data:`llmload.client.failures.KINDS`), most frequent first
     failures_by_kind: dict[str, int] = field(default_factory=dict)
     #: one error message per kind in ``failures_by_kind`` (the first one seen)

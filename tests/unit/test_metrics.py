@@ -89,7 +89,7 @@ def test_failed_and_cut_off_are_excluded():
     assert m.total_input == 10  # and no input tokens, as vLLM
     assert m.ttft.count == 1 and m.ttft.mean_ms == pytest.approx(100)
     assert m.itl.count == 2
-    assert m.output_lens == [3, 0, 0]
+    assert list(m.output_lens) == [3, 0, 0]
     d = m.to_result_dict()
     assert (d["failed"], d["cut_off"], d["completed"]) == (1, 1, 1)
     assert d["sent"] == 3 and d["failures_by_kind"] == {"cut_off": 1, "http_5xx": 1}
