@@ -24,14 +24,40 @@ def write_records(path: Path, records: Sequence[RequestRecord], fmt: str = "json
     """One row per request with raw timestamps, for pandas (``pd.read_json(path, lines=True)``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if fmt == "parquet":
-        import pandas as pd
-
         try:
-            pd.DataFrame([r.to_dict() for r in records]).to_parquet(path)
+            _write_parquet(path, records)
         except ImportError as exc:
             raise ConfigError(f"--records-format parquet needs pyarrow: pip install pyarrow ({exc})") from None
         return
     _write_lines(path, (orjson.dumps(r.to_dict()) + b"\n" for r in records))
+
+
+#: records a parquet file's row group holds: a run of up to this many is one DataFrame, as before; a longer one is
+#: written a row group at a time (issue 37: the records are read back from the journal, never all in memory)
+PARQUET_ROWS = 1 << 16
+
+
+def _write_parquet(path: Path, records: Sequence[RequestRecord]) -> None:
+    """The records as parquet: one DataFrame when they fit in one row group; else two passes of row groups, the
+    first finding the one schema every group fits (a column that is null in one group and numbers in another
+    takes the numbers' type, as one DataFrame of every record would), the second writing them."""
+    import pandas as pd
+
+    if len(records) <= PARQUET_ROWS:
+        pd.DataFrame([r.to_dict() for r in records]).to_parquet(path)
+        return
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def tables() -> Iterable[Any]:
+        for lo in range(0, len(records), PARQUET_ROWS):
+            rows = [r.to_dict() for r in records[lo: lo + PARQUET_ROWS]]
+            yield pa.Table.from_pandas(pd.DataFrame(rows), preserve_index=False)
+
+    schema = pa.unify_schemas([t.schema for t in tables()], promote_options="permissive")
+    with pq.ParquetWriter(path, schema) as writer:
+        for table in tables():
+            writer.write_table(table.select(schema.names).cast(schema))
 
 
 #: bytes gathered before each write of the records file
