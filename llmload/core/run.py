@@ -81,7 +81,9 @@ class RunConfig:
         ramp-up select always holds a choice), so only those are checked."""
         from llmload.core.arrivals import parse_think_time, validate_arrivals
         from llmload.metrics import parse_goodput
+        from llmload.metrics.spill import spill_threshold
 
+        spill_threshold()  # LLMLOAD_SPILL_AFTER, if set, is a number: said now, not at the first value
         spec = schedule_spec(options)
         if live:
             validate_arrivals(spec.request_rate, spec.burstiness)

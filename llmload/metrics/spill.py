@@ -24,6 +24,7 @@ from typing import IO
 
 import numpy as np
 
+from llmload.common.errors import ConfigError
 from llmload.metrics.exact import exact_order_statistics
 
 #: values a column keeps in memory before it writes them to disk (512 KiB of float64); ``LLMLOAD_SPILL_AFTER``
@@ -32,10 +33,16 @@ SPILL_AFTER = 1 << 16
 SPILL_AFTER_VARIABLE = "LLMLOAD_SPILL_AFTER"
 
 
-def spill_threshold() -> int:
-    """The threshold in force: ``LLMLOAD_SPILL_AFTER`` when set to a whole number >= 0, else :data:`SPILL_AFTER`."""
+def spill_threshold(*, strict: bool = True) -> int:
+    """The threshold in force: ``LLMLOAD_SPILL_AFTER`` when set, else :data:`SPILL_AFTER`. ConfigError (one line)
+    when it is not a whole number >= 0 (a run's configuration checks it before the first request); not
+    ``strict`` (a column being made mid-run): the default then."""
     text = os.environ.get(SPILL_AFTER_VARIABLE, "").strip()
-    return int(text) if text.isdigit() else SPILL_AFTER
+    if not text or (not strict and not text.isdigit()):
+        return SPILL_AFTER
+    if not text.isdigit():
+        raise ConfigError(f"{SPILL_AFTER_VARIABLE}={text!r}: expected a whole number of values (0 or more)")
+    return int(text)
 
 
 #: values read back at once (512 KiB)
@@ -55,7 +62,7 @@ class SpillColumn:
         self._held = 0
         self._file: IO[bytes] | None = None
         self._on_disk = 0
-        self.spill_after = spill_after if spill_after is not None else spill_threshold()
+        self.spill_after = spill_after if spill_after is not None else spill_threshold(strict=False)
         self.size = 0
 
     @property

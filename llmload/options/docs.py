@@ -45,7 +45,8 @@ built it, else the Python one, said once at the start of the run; `python`: forc
 refuse to run without the compiled one, one line and exit 2; see [performance.md](performance.md)).
 `LLMLOAD_NO_EXTENSIONS=1` at install time skips building the compiled reader. `LLMLOAD_SPILL_AFTER=N`: the values
 a statistics column keeps in memory before it moves them to a temporary file (default 65,536; 0: every value to
-disk; the percentiles stay exact either way, see [reliability.md](reliability.md), "Records journal").
+disk; the percentiles stay exact either way, see [reliability.md](reliability.md), "Records journal"); anything but a
+whole number is one line and exit 2 before the first request.
 """
 
 

@@ -228,6 +228,17 @@ def test_an_unknown_reader_exits_2_before_any_request(counting_server: CountingS
     assert counting_server.count() == 0, f"a request reached the server\n{run.describe()}"
 
 
+def test_a_bad_spill_threshold_exits_2_before_any_request(counting_server: CountingServer, child_runner,
+                                                          tmp_path: Path) -> None:
+    """``LLMLOAD_SPILL_AFTER`` that is not a number: one line naming it and exit 2 before anything is sent (not a
+    traceback at the run's first value)."""
+    run = child_runner.run([*llmload_command(), "bench", "--base-url", counting_server.url, "--model", "m", *SMALL],
+                           env=offline_env({"LLMLOAD_SPILL_AFTER": "many"}), timeout=60, result_dir=tmp_path)
+    assert run.returncode == 2, run.describe()
+    _assert_one_error(run, mentions="LLMLOAD_SPILL_AFTER='many'")
+    assert counting_server.count() == 0, f"a request reached the server\n{run.describe()}"
+
+
 # -- 1: runtime failures ------------------------------------------------------------------------------------
 
 
