@@ -21,17 +21,17 @@ from llmload.options.argtypes import AutoProcesses
 def run_single(user: Any, run: Run, interrupts: Any, on_record: Any, journal: Any) -> Outcome:
     """The run in this process: :func:`llmload.core.run.send_share` over the whole schedule."""
     from llmload.core.dispatch import StopControl
-    from llmload.core.sink import KeptSink
+    from llmload.core.sink import RecordList
 
     config = run.config
     assert isinstance(run.schedule, Schedule)
-    sink = KeptSink(journal)
+    sink = RecordList(journal)
     sink.listeners.append(on_record)
     control = StopControl(interrupts.stop, interrupts.force, config.stop_timeout)
     tally = send_share(run.schedule.entries, lambda _: user, sink, control=control,
                        max_concurrency=config.max_concurrency, closed_users=config.max_concurrency,
                        think=config.think)
-    return Outcome(sink.in_send_order(), tally.duration, tally.schedule_lags_s, run.planned - len(sink))
+    return Outcome(sink.kept.in_send_order(), tally.duration, tally.schedule_lags_s, run.planned - len(sink))
 
 
 class DistributedSetup:

@@ -84,28 +84,6 @@ class RecordList(Sequence[RequestRecord]):
         self.by_worker.clear()
 
 
-class KeptSink:
-    """A single process's sink for a whole run: each record goes to the journal as it arrives
-    (:class:`~llmload.client.records.kept.KeptRecords`: a few numbers a record stay in memory), listeners are
-    told of each first; :meth:`in_send_order` reads them back at the end (docs/design.md, "Record path")."""
-
-    def __init__(self, journal: RecordJournal | None) -> None:
-        self.kept = KeptRecords(journal)
-        self.listeners: list[Callable[[RequestRecord], None]] = []
-
-    def add(self, record: RequestRecord) -> None:
-        record.compact()
-        for listener in self.listeners:
-            listener(record)
-        self.kept.add(record)  # the arrival order breaks ties of intended send, as before
-
-    def __len__(self) -> int:
-        return self.kept.received
-
-    def in_send_order(self) -> JournalRecords:
-        return self.kept.in_send_order()
-
-
 class BatchShipper:
     """A worker's sink: records and dispatched request indices wait here until :meth:`flush` sends them to
     the master as one ``llm_records`` message; the worker keeps no copy."""

@@ -176,12 +176,8 @@ class KeptRecords:
         """Where the record that arrived ``arrival``-th is: ``(offset, length)`` in the journal, or ``(-1 - i,
         0)``: the i-th record held in memory. The journal's lines are those of the first arrivals, one after the
         other (once a write fails, it takes no more)."""
-        offset = self._where[arrival]
-        if offset < 0:
-            return offset, 0
-        assert self.journal is not None
-        following = self._where[arrival + 1] if arrival + 1 < self.received else -1
-        return offset, (following if following >= 0 else self.journal.size) - offset
+        offsets, lengths = self.lines(np.asarray([arrival], dtype=np.int64))
+        return int(offsets[0]), int(lengths[0])
 
     def lines(self, arrivals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`line` for many arrivals at once."""
