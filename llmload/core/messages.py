@@ -14,16 +14,16 @@ null. A conversation or a session travels whole: it stays on one worker.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any
 
 import numpy as np
 
 from llmload.client.records import RequestRecord
 from llmload.client.transport.clock import clock_offset
 from llmload.core.protocol import RECORDS
-from llmload.core.schedule import Schedule, Scheduled, ScheduleEntries
+from llmload.core.schedule import MadeOnRead, Schedule, Scheduled, ScheduleEntries, repeat_id
 from llmload.datasets.base import SampleRequest, Turn
 
 _TIME_FIELDS = ("start", "first_token", "first_answer_token", "intended_send", "dispatched_at")
@@ -125,7 +125,7 @@ def _sample(prompt: str, prompt_len: int, output_len: int, request_id: str, conv
     return sample
 
 
-class JobRequests(Sequence[Scheduled]):
+class JobRequests(MadeOnRead):
     """A compact job's requests (:func:`job_items`), each :class:`Scheduled` made when read: a worker holds
     each sample its share uses once and 26 bytes a request, not an object a request (issue 37). A request's id
     is its sample's own id (or its position in the master's list of samples, ``index % cycle``) with ``#k``
@@ -146,18 +146,6 @@ class JobRequests(Sequence[Scheduled]):
     def __len__(self) -> int:
         return int(self._index.size)
 
-    @overload
-    def __getitem__(self, i: int) -> Scheduled: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[Scheduled]: ...
-    def __getitem__(self, i: int | slice) -> Scheduled | list[Scheduled]:
-        if isinstance(i, slice):
-            return [self._entry(k) for k in range(*i.indices(len(self)))]
-        return self._entry(range(len(self))[i])
-
-    def __iter__(self) -> Iterator[Scheduled]:
-        return (self._entry(k) for k in range(len(self)))
-
     def turn_total(self, turns: Callable[[SampleRequest], int]) -> int:
         """``turns`` summed over every request's sample, counted per pool sample."""
         uses = np.bincount(self._sample, minlength=len(self._pool))
@@ -166,8 +154,7 @@ class JobRequests(Sequence[Scheduled]):
     def _entry(self, k: int) -> Scheduled:
         sample = self._pool[int(self._sample[k])]
         index, repeat = int(self._index[k]), int(self._repeat[k])
-        base = sample.request_id or str(index % self._cycle)
-        rid = base if repeat == 0 else f"{base}#{repeat}"
+        rid = repeat_id(sample.request_id or str(index % self._cycle), repeat)
         name = self._classes[int(self._class[k])] if self._class is not None else self._classes[0]
         return Scheduled(index, float(self._offset[k]), sample, rid, name)
 

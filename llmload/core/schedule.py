@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import overload
+from typing import Any, overload
 
 import numpy as np
 
@@ -76,8 +76,31 @@ def request_ids(samples: Sequence[SampleRequest], count: int) -> list[str]:
         base = samples[n].request_id or str(n)
         k = seen.get(base, 0)
         seen[base] = k + 1
-        ids.append(base if k == 0 else f"{base}#{k}")
+        ids.append(repeat_id(base, k))
     return ids
+
+
+def repeat_id(base: str, k: int) -> str:
+    """The id of the ``k``-th repeat of ``base`` (0: ``base`` itself): how every request id of a run is made."""
+    return base if k == 0 else f"{base}#{k}"
+
+
+class IndexLookup:
+    """A record's schedule index: the one it carries (``schedule_index``, every llmload worker's), else found by
+    its conversation or request id in a table of ``schedule``'s ids made the first time a record comes without
+    one (an older worker's); ``default`` when neither knows it. Both masters file records through it."""
+
+    def __init__(self, schedule: Schedule | None = None) -> None:
+        self._schedule = schedule
+        self._ids: dict[str, int] | None = None
+
+    def __call__(self, record: Any, default: int) -> int:
+        index: int | None = record.schedule_index
+        if index is not None:
+            return index
+        if self._ids is None:
+            self._ids = self._schedule.index_of() if self._schedule is not None else {}
+        return self._ids.get(record.conversation_id or record.request_id, default)
 
 
 class RequestIds:
@@ -117,11 +140,33 @@ class RequestIds:
         position, lap = index % self._size, index // self._size
         k = lap if self._mult is None or self._rank is None else lap * int(self._mult[position]) + int(
             self._rank[position])
-        base = self.base(position)
-        return base if k == 0 else f"{base}#{k}"
+        return repeat_id(self.base(position), k)
 
 
-class ScheduleEntries(Sequence[Scheduled]):
+class MadeOnRead(Sequence[Scheduled]):
+    """Requests each made when it is read (:meth:`_entry`), not held: a schedule's (:class:`ScheduleEntries`) and a
+    worker's compact job (:class:`~llmload.core.messages.JobRequests`)."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def _entry(self, i: int) -> Scheduled:
+        raise NotImplementedError
+
+    @overload
+    def __getitem__(self, index: int) -> Scheduled: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Scheduled]: ...
+    def __getitem__(self, index: int | slice) -> Scheduled | list[Scheduled]:
+        if isinstance(index, slice):
+            return [self._entry(i) for i in range(*index.indices(len(self)))]
+        return self._entry(range(len(self))[index])  # negative indices, and IndexError past the end
+
+    def __iter__(self) -> Iterator[Scheduled]:
+        return (self._entry(i) for i in range(len(self)))
+
+
+class ScheduleEntries(MadeOnRead):
     """A schedule's requests, each made when read from its offset, its sample and the seed's draws: a run of
     millions of requests keeps 8 bytes a request (its offset) and a byte for its user class, not an object."""
 
@@ -135,20 +180,6 @@ class ScheduleEntries(Sequence[Scheduled]):
 
     def __len__(self) -> int:
         return int(self.offsets.size)
-
-    @overload
-    def __getitem__(self, index: int) -> Scheduled: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[Scheduled]: ...
-    def __getitem__(self, index: int | slice) -> Scheduled | list[Scheduled]:
-        if isinstance(index, slice):
-            return [self._entry(i) for i in range(*index.indices(len(self)))]
-        if not -len(self) <= index < len(self):
-            raise IndexError("schedule index out of range")
-        return self._entry(index % len(self))
-
-    def __iter__(self) -> Iterator[Scheduled]:
-        return (self._entry(i) for i in range(len(self)))
 
     def _entry(self, i: int) -> Scheduled:
         name = self.class_names[int(self.class_picks[i])] if self.class_picks is not None else self.class_names[0]
@@ -329,4 +360,4 @@ class LiveSchedule:
             name = self.classes[int(self._class_rng.choice(len(weights), p=weights / weights.sum()))][0]
         elif self.classes:
             name = self.classes[0][0]
-        return Scheduled(i, offset, sample, base if k == 0 else f"{base}#{k}", name)
+        return Scheduled(i, offset, sample, repeat_id(base, k), name)

@@ -19,7 +19,7 @@ from llmload.core import protocol
 from llmload.core.conversation import request_count
 from llmload.core.messages import clock_offset, job_items, read_records_message
 from llmload.core.protocol import START_LEAD_S, Done, Job, Revoke, Stop, TokenGate
-from llmload.core.schedule import Schedule
+from llmload.core.schedule import IndexLookup, Schedule
 from llmload.distributed.indices import IndexSet
 from llmload.metrics.spill import Chunked
 
@@ -154,9 +154,8 @@ class BenchMaster:
         self.records = KeptRecords(None)
         #: requests re-assigned from a dead worker: sent late on purpose, so not counted as client lag
         self.reassigned = IndexSet()
-        #: request id -> schedule index, made only for a worker whose records do not carry their index
-        self._ids: dict[str, int] | None = None
-        self._schedule: Schedule | None = None
+        #: each record's schedule index (its own; by its id only for an older worker's)
+        self._index_of = IndexLookup()
         self._my_clock = clock_offset()
         runner.register_message(protocol.RECORDS, self._on_records)
         runner.register_message(protocol.DONE, self._on_done)
@@ -200,11 +199,6 @@ class BenchMaster:
                      "stay with the others")
         self.runner.send_message(protocol.REVOKE, Revoke(revoke, resume=True).data(), client_id=msg.node_id)
 
-    def _index_of(self) -> dict[str, int]:
-        if self._ids is None:
-            self._ids = self._schedule.index_of() if self._schedule is not None else {}
-        return self._ids
-
     def _on_records(self, msg: Any, **_: Any) -> None:
         if not self.gate.trusted(msg.node_id):
             return  # a stranger's records are not the run's
@@ -213,9 +207,7 @@ class BenchMaster:
         for record in batch.records:
             record.compact()
             record.worker = state.name if state else msg.node_id
-            index = record.schedule_index
-            if index is None:  # a worker that does not say (an older llmload): by its id
-                index = self._index_of().get(record.conversation_id or record.request_id, -1 - self.records.received)
+            index = self._index_of(record, -1 - self.records.received)
             if state is not None:
                 state.records += 1
                 state.received.add(index)
@@ -251,7 +243,7 @@ class BenchMaster:
         self.records, self.reassigned, self.workers = KeptRecords(self.journal), IndexSet(), {}
         start = perf_counter() + START_LEAD_S
         job = _Job(run_config, schedule, start, start + clock_offset(), stop_timeout, think)
-        self._ids, self._schedule = None, schedule
+        self._index_of = IndexLookup(schedule)
         for k, cid in enumerate(client_ids):
             state = WorkerState(cid, self.runner.get_worker_index(cid))
             state.assigned = IndexSet(schedule.share_indices(k, n))

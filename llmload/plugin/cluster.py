@@ -37,7 +37,7 @@ from llmload.core.protocol import (
     Stop,
     TokenGate,
 )
-from llmload.core.schedule import LiveSchedule, Schedule
+from llmload.core.schedule import IndexLookup, LiveSchedule, Schedule
 from llmload.distributed.indices import IndexSet
 from llmload.distributed.master import WorkerState, alive_workers, lose_worker
 from llmload.plugin.console import tell
@@ -82,8 +82,8 @@ class ClusterRole:
     jobs_received: int
     #: master: schedule indices re-assigned from lost workers (sent late on purpose: no schedule lag)
     reassigned: IndexSet
-    #: master: request (or conversation) id -> schedule index
-    request_index: dict[str, int]
+    #: master: each record's schedule index (its own; by its id only for an older worker's)
+    index_of: IndexLookup
 
     @property
     def open_loop(self) -> bool:
@@ -181,7 +181,7 @@ class ClusterRole:
             self.runner.send_message(protocol.JOB, job.data(), client_id=client.id)
         if track:
             assert isinstance(self.schedule, Schedule)
-            self.request_index = {}  # made only if a worker's records do not carry their index (_index_of)
+            self.index_of = IndexLookup(self.schedule)
             gevent.spawn(self._watch_workers)
 
     def _watch_workers(self) -> None:
@@ -224,12 +224,6 @@ class ClusterRole:
                 return
             gevent.sleep(0.05)
 
-    def _index_of(self) -> dict[str, int]:
-        """Request id -> schedule index, for records from a worker that does not say (an older llmload)."""
-        if not self.request_index and isinstance(self.schedule, Schedule):
-            self.request_index = self.schedule.index_of()
-        return self.request_index
-
     def on_records(self, msg: Any, **_: Any) -> None:
         if self.gate is not None and not self.gate.trusted(msg.node_id):
             return  # a stranger's records are not the run's
@@ -238,9 +232,7 @@ class ClusterRole:
         state = self.cluster.get(msg.node_id)
         for record in batch.records:
             record.worker = name
-            index = record.schedule_index
-            if index is None:
-                index = self._index_of().get(record.conversation_id or record.request_id, -1)
+            index = self.index_of(record, -1)
             # a re-assigned request was sent late on purpose: its lag is not the client's
             self.records.add(record, counts_lag=index not in self.reassigned)
             if state is not None:

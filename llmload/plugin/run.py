@@ -37,7 +37,7 @@ from llmload.core.dispatch import (
 )
 from llmload.core.messages import clock_offset
 from llmload.core.protocol import Done, Finished, Job, SetRate
-from llmload.core.schedule import LiveSchedule, Schedule, Scheduled, request_ids
+from llmload.core.schedule import IndexLookup, LiveSchedule, Schedule, Scheduled, request_ids
 from llmload.core.sink import BatchShipper, RecordList
 from llmload.core.state import RunState
 from llmload.distributed.indices import IndexSet
@@ -94,7 +94,7 @@ class LocustRun(ClusterRole, RunState):
         self.cluster = {}
         self.jobs = {}
         self.reassigned = IndexSet()
-        self.request_index = {}
+        self.index_of = IndexLookup()
         #: worker: jobs received (the plan, then a lost worker's requests), and their extra dispatchers
         self.jobs_received = 1
         self._more: list[gevent.Greenlet] = []
