@@ -13,7 +13,7 @@ the run stopped: a record with ``failure_kind == "cut_off"``) or not sent (never
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Protocol
@@ -263,6 +263,34 @@ class RequestQueue:
 
     def __len__(self) -> int:
         return len(self._requests)
+
+
+class RequestFeed:
+    """The open loop's requests when they come in parts (a long distributed run's share, sent as their time
+    comes: :mod:`llmload.core.parts`): iterating gives each part's requests in order, then waits for the
+    next part, until a part says none follow or ``stop`` is set. A part is dropped once read."""
+
+    def __init__(self, first: Sequence[Scheduled], stop: Event) -> None:
+        self._parts: list[Sequence[Scheduled]] = [first]
+        self._more = True
+        self._arrived = Event()
+        self._stop = stop
+
+    def add(self, part: Sequence[Scheduled], more: bool) -> None:
+        """The next part; ``more``: others follow it."""
+        self._parts.append(part)
+        self._more = more
+        self._arrived.set()
+
+    def __iter__(self) -> Iterator[Scheduled]:
+        while True:
+            while self._parts:
+                yield from self._parts.pop(0)
+            if not self._more or self._stop.is_set():
+                return
+            self._arrived.clear()
+            if not self._parts:
+                gevent.wait([self._arrived, self._stop], count=1)
 
 
 class CyclingQueue(RequestQueue):

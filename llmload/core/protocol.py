@@ -68,7 +68,9 @@ class Job(Payload):
     worker builds its user from them; ``locust -f`` workers have their own options). ``closed`` is
     ``{users, think}`` for a closed loop with ``--think-time``; ``live`` the web UI's steerable schedule
     (``{rate, burstiness, seed, classes}``); ``open_loop``/``headless``/``model``: what the master's options
-    decided at its start (``locust -f``)."""
+    decided at its start (``locust -f``). A long run's share comes in parts (:mod:`llmload.core.parts`):
+    ``more`` says parts follow this one, and a part with ``follows`` joins the worker's running loop instead of
+    starting a job of its own."""
 
     #: one item a request, or a compact job: a pool of samples and a row a request (core/messages.job_items)
     items: list[list[Any]] | dict[str, Any]
@@ -83,6 +85,8 @@ class Job(Payload):
     open_loop: bool = True
     headless: bool = True
     model: str = ""
+    more: bool = False
+    follows: bool = False
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ drive this; what differs between them is how they start processes and where they
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +38,7 @@ from llmload.core.workload import (
     replays_trace,
     schedule_spec,
 )
+from llmload.datasets.base import SamplesOnRead
 from llmload.metrics.cost import Deployment, deployment_from
 from llmload.metrics.spill import Chunked
 from llmload.options import option_value
@@ -80,10 +81,12 @@ class RunConfig:
         ``live``: the web UI's steerable schedule, which takes the rate and burstiness only (the start form's
         ramp-up select always holds a choice), so only those are checked."""
         from llmload.core.arrivals import parse_think_time, validate_arrivals
+        from llmload.core.parts import part_seconds
         from llmload.metrics import parse_goodput
         from llmload.metrics.spill import spill_threshold
 
         spill_threshold()  # LLMLOAD_SPILL_AFTER, if set, is a number: said now, not at the first value
+        part_seconds()  # LLMLOAD_PART_S likewise
         spec = schedule_spec(options)
         if live:
             validate_arrivals(spec.request_rate, spec.burstiness)
@@ -186,12 +189,14 @@ class Workload:
     tokenizer: Any
     tokenizer_id: str
     model: str
-    samples: list[Any]
+    samples: Sequence[Any]
 
     def result_keys(self) -> dict[str, int]:
         """A KV-cache trace's own reuse for the result JSON (the prompt tokens in blocks an earlier request of the
         workload began with, from its ``hash_ids``; docs/arrivals.md, "Mooncake traces"; for agentic sessions,
         each session's calls in turn order: docs/agentic.md); empty for others."""
+        if isinstance(self.samples, SamplesOnRead):
+            return {}  # made when read: single requests, neither sessions nor trace caches
         sessions = [s.session for s in self.samples if getattr(s, "session", None) is not None]
         if sessions:  # agentic sessions: each trace's own reuse, over all of its calls
             return {"trace_prefix_reuse_tokens": sum(a.ideal_reuse_tokens for a in sessions),
@@ -290,7 +295,9 @@ class Run:
         """The schedule of the loaded samples (or ``samples``: a sweep point's), each request drawn a user class
         from ``classes`` (``(name, weight)``, ``locust -f``); ``live``: the web UI's steerable schedule."""
         assert self.workload is not None, "load() comes before plan()"
-        chosen = list(samples if samples is not None else self.workload.samples)
+        chosen = samples if samples is not None else self.workload.samples
+        if not isinstance(chosen, SamplesOnRead):
+            chosen = list(chosen)
         spec = self.config.spec
         if live:
             rate = spec.request_rate if spec.request_rate != float("inf") else 1.0
@@ -323,7 +330,7 @@ class Run:
         return Measured(records, metrics)
 
 
-def send_share(requests: Sequence[Scheduled], sender: Callable[[Any], Any], sink: RecordSink, *,
+def send_share(requests: Iterable[Scheduled], sender: Callable[[Any], Any], sink: RecordSink, *,
                control: StopControl, max_concurrency: int | None = None, closed_users: int | None = None,
                think: str | None = None, start_at: float | None = None,
                skip: Callable[[Scheduled], bool] | None = None,

@@ -20,7 +20,7 @@ from typing import Any, overload
 import numpy as np
 
 from llmload.common.errors import ConfigError
-from llmload.datasets.base import SampleRequest
+from llmload.datasets.base import SampleRequest, SamplesOnRead
 
 #: the request id of the one request ``llmload bench`` sends before the run (never one of the run's ids); the
 #: warm-ups and probes beside the run take it as a prefix
@@ -114,6 +114,8 @@ class RequestIds:
         self._size = len(samples)
         self._mult: np.ndarray | None = None
         self._rank: np.ndarray | None = None
+        if isinstance(samples, SamplesOnRead):
+            return  # distinct ids, known without making a sample
         if any(s.request_id for s in samples):  # only own ids can repeat (positions never do among themselves)
             seen: dict[str, int] = {}
             rank = np.zeros(self._size, dtype=np.int32)
@@ -127,6 +129,8 @@ class RequestIds:
                                          count=self._size)
 
     def base(self, position: int) -> str:
+        if isinstance(self._samples, SamplesOnRead):
+            return self._samples.request_id(position)
         return self._samples[position].request_id or str(position)
 
     def repeats(self, indices: np.ndarray) -> np.ndarray:
@@ -231,6 +235,8 @@ class Schedule:
         if not isinstance(entries, ScheduleEntries):
             return sum(turns(e.sample) for e in entries)
         pool, n = entries.samples, len(entries)
+        if isinstance(pool, SamplesOnRead):
+            return n  # single requests: one each
         laps, rest = divmod(n, len(pool))
         return laps * sum(turns(s) for s in pool) + sum(turns(pool[p]) for p in range(rest))
 
@@ -298,7 +304,7 @@ class LiveSchedule:
             raise ConfigError("the workload has no samples")
         if not burstiness > 0:
             raise ConfigError(f"--burstiness must be > 0, got {burstiness}")
-        self.samples = list(samples)
+        self.samples = samples if isinstance(samples, SamplesOnRead) else list(samples)
         self.burstiness = float(burstiness)
         self.seed = seed
         self.classes = list(classes)

@@ -13,6 +13,7 @@ an Azure / BurstGPT / JSONL trace; each sample carries its send offset in ``arri
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,8 +60,8 @@ def load_samples(
     num_prompts: int | None,
     seed: int = 0,
     **options: Any,
-) -> list[SampleRequest]:
-    """Build the workload for ``--dataset-name``.
+) -> Sequence[SampleRequest]:
+    """Build the workload for ``--dataset-name`` (``random``'s prompts are made when read).
 
     Options: sharegpt ``fixed_output_len``, ``multi_turn`` (whole conversations), ``max_turns`` and
     ``system_prompt_len`` (both only with ``multi_turn``); random ``input_len``, ``output_len``,

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 from llmload.common.errors import DatasetError
 
@@ -61,6 +61,41 @@ class SampleRequest:
     session: Any = None
     #: False: send this request without streaming (a trace's ``n`` call); None: the dialect's default
     stream: bool | None = None
+
+
+class SamplesOnRead(Sequence[SampleRequest]):
+    """A dataset's single requests, each made when it is read (:meth:`_made`), not held: a run of millions of
+    requests keeps a few numbers a request (issue 37). Such samples are single requests (no turns, sessions or
+    trace caches) with distinct ids, :meth:`request_id`, known without making them. Equal to a list holding
+    the same requests."""
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def _made(self, i: int) -> SampleRequest:
+        raise NotImplementedError
+
+    def request_id(self, i: int) -> str:
+        return self._made(i).request_id
+
+    @overload
+    def __getitem__(self, index: int) -> SampleRequest: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[SampleRequest]: ...
+    def __getitem__(self, index: int | slice) -> SampleRequest | list[SampleRequest]:
+        if isinstance(index, slice):
+            return [self._made(i) for i in range(*index.indices(len(self)))]
+        return self._made(range(len(self))[index])  # negative indices, and IndexError past the end
+
+    def __iter__(self) -> Iterator[SampleRequest]:
+        return (self._made(i) for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, str):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]  # compared by value, like the list it stands for
 
 
 class Tokenizer(Protocol):

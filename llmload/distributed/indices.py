@@ -57,6 +57,16 @@ class IndexSet:
         for index in indices:
             self.discard(index)
 
+    def between(self, lo: int, hi: int) -> list[int]:
+        """The non-negative members in ``[lo, hi)``, ascending."""
+        lo, hi = max(0, lo), min(hi, len(self._bits) * 8)
+        if hi <= lo:
+            return []
+        first, last = lo >> 3, (hi + 7) >> 3
+        bits = np.unpackbits(np.frombuffer(bytes(self._bits[first:last]), dtype=np.uint8), bitorder="little")
+        found = np.flatnonzero(bits) + first * 8
+        return found[(found >= lo) & (found < hi)].tolist()
+
     def __contains__(self, index: object) -> bool:
         if not isinstance(index, int | np.integer):
             return False

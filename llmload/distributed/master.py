@@ -18,6 +18,7 @@ from llmload.client.records.kept import KeptRecords
 from llmload.core import protocol
 from llmload.core.conversation import request_count
 from llmload.core.messages import clock_offset, job_items, read_records_message
+from llmload.core.parts import RunParts, part_seconds
 from llmload.core.protocol import START_LEAD_S, Done, Job, Revoke, Stop, TokenGate
 from llmload.core.schedule import IndexLookup, Schedule
 from llmload.distributed.indices import IndexSet
@@ -52,8 +53,13 @@ class WorkerState:
     #: it stopped on its own (a signal to the worker) and said so in llm_done; ``left``: its rest was re-assigned
     leaving: bool = False
     left: bool = False
-    #: jobs sent to it this run (its first share, re-assigned parts, a newcomer's share)
+    #: jobs sent to it this run (its first share, re-assigned parts, a newcomer's share; not the later parts
+    #: of its share, which join its first job)
     jobs_sent: int = 0
+    #: the indices sent to it in any job or part
+    sent: IndexSet = field(default_factory=IndexSet)
+    #: its first job waits for the later parts of its share
+    feeding: bool = False
 
     @property
     def name(self) -> str:
@@ -134,6 +140,8 @@ class _Job:
     stop_timeout: float
     #: closed loop: ``--think-time`` spec (None: open loop)
     think: str | None = None
+    #: where the schedule is cut into the parts sent as their time comes
+    parts: RunParts | None = None
 
 
 class BenchMaster:
@@ -242,13 +250,18 @@ class BenchMaster:
         # a master runs one job after another (a sweep's points): nothing of the last one carries over
         self.records, self.reassigned, self.workers = KeptRecords(self.journal), IndexSet(), {}
         start = perf_counter() + START_LEAD_S
-        job = _Job(run_config, schedule, start, start + clock_offset(), stop_timeout, think)
+        parts = RunParts(schedule.offsets, part_seconds()) if think is None else RunParts.whole(len(schedule))
+        job = _Job(run_config, schedule, start, start + clock_offset(), stop_timeout, think, parts)
         self._index_of = IndexLookup(schedule)
+        if parts.more:
+            log(f"each worker's share goes out in {parts.count} parts of {parts.part_s:g} s of the schedule, each "
+                f"sent before it is due")
         for k, cid in enumerate(client_ids):
             state = WorkerState(cid, self.runner.get_worker_index(cid))
             state.assigned = IndexSet(schedule.share_indices(k, n))
+            state.feeding = parts.more
             self.workers[cid] = state
-            self._send_job(state, sorted(state.assigned), job, shares[k], first=True)
+            self._send_job(state, state.assigned.between(*parts.first), job, shares[k], first=True, more=parts.more)
         stopped = forced = False
         while not all(s.done or s.lost for s in self.workers.values()):
             gevent.sleep(0.1)
@@ -260,8 +273,25 @@ class BenchMaster:
                 self._broadcast_stop(force=True)
             self._check_workers(job, stopped, log)
             if not stopped:
+                self._send_due_parts(job)
                 self._welcome_new_workers(job, log)
         return self._result(job)
+
+    def _send_due_parts(self, job: _Job) -> None:
+        """The parts of each worker's share whose time has come (:mod:`llmload.distributed.parts`); what it was
+        given already (a lost worker's requests, a newcomer's) is left out."""
+        assert job.parts is not None
+        for lo, hi, last in job.parts.due(perf_counter() - job.start):
+            for state in self.workers.values():
+                if not state.feeding:
+                    continue
+                if state.lost or state.leaving or state.done:
+                    state.feeding = False
+                    continue
+                sent = state.sent
+                todo = [i for i in state.assigned.between(lo, hi) if i not in sent]
+                self._send_job(state, todo, job, None, follows=True, more=not last)
+                state.feeding = not last
 
     def _broadcast_stop(self, force: bool) -> None:
         for cid in self.workers:
@@ -319,7 +349,8 @@ class BenchMaster:
             share = len(busy) + 1
             moved: list[int] = []
             for state in busy:
-                future = sorted(i for i in state.assigned - state.dispatched if job.schedule[i].offset > horizon)
+                offsets = job.schedule.offsets
+                future = [i for i in state.assigned - state.dispatched if offsets[i] > horizon]
                 take = future[::share][: len(future) // share]
                 if take:
                     state.assigned.difference_update(take)
@@ -333,11 +364,14 @@ class BenchMaster:
                 newcomer.done = True
 
     def _send_job(self, state: WorkerState, indices: Sequence[int], job: _Job, max_concurrency: int | None,
-                  first: bool = False) -> None:
+                  first: bool = False, more: bool = False, follows: bool = False) -> None:
+        """A job (``more``: its later parts follow), or with ``follows`` a later part of the running one."""
         closed = None
         if job.think is not None:
             closed = {"users": max(1, max_concurrency or 1), "think": job.think}
         message = Job(job_items(job.schedule, indices), job.start_wall, first=first, max_concurrency=max_concurrency,
-                      stop_timeout=job.stop_timeout, run=job.run_config, closed=closed)
-        state.jobs_sent += 1
+                      stop_timeout=job.stop_timeout, run=job.run_config, closed=closed, more=more, follows=follows)
+        state.sent.update(indices)
+        if not follows:
+            state.jobs_sent += 1
         self.runner.send_message(protocol.JOB, message.data(), client_id=state.client_id)

@@ -12,7 +12,7 @@ from gevent.event import Event
 
 from llmload.core import protocol
 from llmload.core.conversation import request_count, turn_count
-from llmload.core.dispatch import StopControl, Tally
+from llmload.core.dispatch import RequestFeed, StopControl, Tally
 from llmload.core.messages import clock_offset, job_requests
 from llmload.core.protocol import BATCH_INTERVAL_S, FREEZE_S, Done, Job, Revoke, Stop
 from llmload.core.run import send_share
@@ -48,6 +48,8 @@ class BenchWorker:
         self.released = 0
         #: jobs taken in this run (said in llm_done, so the master knows which of its jobs it closes)
         self.jobs_taken = 0
+        #: the running job's feed, when its share comes in parts (later parts join it; they are not jobs)
+        self._feed: RequestFeed | None = None
         runner.register_message(protocol.JOB, self._on_job)
         runner.register_message(protocol.STOP, self._on_stop)
         runner.register_message(protocol.REVOKE, self._on_revoke)
@@ -70,6 +72,9 @@ class BenchWorker:
     def _on_job(self, msg: Any, **_: Any) -> None:
         self._last_tick = perf_counter()
         job = Job.from_data(msg.data)
+        if job.follows:
+            self._take_part(job)
+            return
         if job.first and not self._jobs and not self.leaving:
             # a worker runs one run after another (a sweep's points): the last run's stop, revocations (its
             # indices) and accounting do not apply to this one
@@ -77,9 +82,23 @@ class BenchWorker:
             self.revoked = set()
             self.planned = self.released = self.jobs_taken = 0
         self.jobs_taken += 1
-        self._jobs.append(gevent.spawn(self._run_job, job))
+        requests: Sequence[Scheduled] | RequestFeed = job_requests(job.items)
+        self.planned += request_count(requests)
+        if job.more:
+            requests = self._feed = RequestFeed(requests, self.control.stop)
+        self._jobs.append(gevent.spawn(self._run_job, job, requests))
         if self._flusher is None:
             self._flusher = gevent.spawn(self._flush_loop)
+
+    def _take_part(self, job: Job) -> None:
+        """A later part of the running share: into its loop (none open: the job stopped, the part is not sent)."""
+        if self._feed is None:
+            return
+        part = job_requests(job.items)
+        self.planned += request_count(part)
+        self._feed.add(part, job.more)
+        if not job.more:
+            self._feed = None
 
     def _on_revoke(self, msg: Any, **_: Any) -> None:
         revoke = Revoke.from_data(msg.data)
@@ -106,13 +125,11 @@ class BenchWorker:
             self._last_tick = perf_counter()
         return request.index not in self.revoked
 
-    def _run_job(self, job: Job) -> None:
+    def _run_job(self, job: Job, requests: Sequence[Scheduled] | RequestFeed) -> None:
         from llmload.core.health import HealthMonitor
 
         assert job.run is not None, "a bench job carries the run's user settings"
         user = self.make_user(job.run)
-        requests = job_requests(job.items)
-        self.planned += request_count(requests)
         self.control.stop_timeout = float(job.stop_timeout or 0.0)
         start_at = job.start_wall - clock_offset()
         health = HealthMonitor(reactor=user.pool.reactor)
@@ -122,6 +139,8 @@ class BenchWorker:
         finally:
             health.stop()
         self._jobs.remove(gevent.getcurrent())
+        if requests is self._feed:
+            self._feed = None  # stopped before its last part
         if not self._jobs:
             self.shipper.flush()
             done = Done(records=self.shipper.shipped, planned=self.planned, dispatched=self.released,
@@ -133,7 +152,7 @@ class BenchWorker:
         self.released += turn_count(request.sample)
         self.shipper.dispatched(request.index)
 
-    def _dispatch(self, job: Job, requests: Sequence[Scheduled], user: Any, start_at: float) -> Tally:
+    def _dispatch(self, job: Job, requests: Sequence[Scheduled] | RequestFeed, user: Any, start_at: float) -> Tally:
         """The job's loop (:func:`llmload.core.run.send_share`): its share of the open-loop schedule, or its
         closed-loop users over its requests."""
         closed = job.closed or {}

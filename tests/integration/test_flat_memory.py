@@ -1,4 +1,5 @@
-"""Issue 37: a run's statistics come from columns on disk once they grow, and they are still exact.
+"""Issue 37: a run's statistics come from columns on disk once they grow, and they are still exact; the
+workers get their shares in parts as their time comes, and every request is sent once.
 
 A real ``llmload bench --processes 2`` against the simulator, with ``LLMLOAD_SPILL_AFTER`` set so low that every
 value column of the master goes to disk after a few dozen values: the result JSON's percentiles, medians and
@@ -36,8 +37,9 @@ def test_processes_2_percentiles_equal_numpy_over_the_saved_values(child_runner)
         "--num-prompts", "400", "--request-rate", "200", "--seed", "3", "--processes", "2", "--tokenizer",
         "builtin", "--save-result", "--save-detailed", "--disable-tqdm", "--percentile-metrics",
         "ttft,tpot,itl,e2el", "--metric-percentiles", ",".join(_label(p) for p in PERCENTILES),
-        env_extra={"LLMLOAD_SPILL_AFTER": "40"}, timeout=180)
+        env_extra={"LLMLOAD_SPILL_AFTER": "40", "LLMLOAD_PART_S": "0.5"}, timeout=180)
     assert run.returncode == 0, run.describe()
+    assert "share goes out in" in run.stdout + run.stderr, run.describe()  # the 2 s schedule went to the workers in parts
     result = run.result()
     done = np.asarray([not e for e in result["errors"]])
     assert done.sum() == result["completed"] == 400, run.describe()

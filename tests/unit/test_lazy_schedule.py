@@ -87,3 +87,36 @@ def test_a_compact_job_carries_every_request_of_a_share_through_locust_s_wire() 
     assert seen(got[-1]) == seen(want[-1]) and [seen(e) for e in got[1:3]] == [seen(e) for e in want[1:3]]
     assert request_count(got) == request_count(want)
     assert len({id(e.sample) for e in got}) <= 5  # one sample object per pool sample, not per request
+
+
+def test_random_samples_are_made_when_read_and_the_same_each_time() -> None:
+    """``random``'s prompts are made from their draws when read: the same requests however they are read, the
+    schedule's ids and counts without making any, and a big workload holds no prompt (issue 37)."""
+    import tracemalloc
+
+    from llmload.datasets import sample_random
+    from llmload.datasets.base import SamplesOnRead
+    from llmload.tokenizer import load_counting_tokenizer
+
+    tok = load_counting_tokenizer("builtin")
+    samples = sample_random(tok, 300, 5, input_len=24, output_len=8, range_ratio=0.5, prefix_len=3)
+    assert isinstance(samples, SamplesOnRead)
+    whole = list(samples)
+    assert [samples[i] for i in reversed(range(300))] == whole[::-1]
+    assert samples[-1] == whole[-1] and samples[10:20] == whole[10:20] and samples == whole
+    assert [samples.request_id(i) for i in range(300)] == [s.request_id for s in whole]
+    schedule = Schedule.build(ScheduleSpec(request_rate=50.0, seed=5), samples)
+    assert [e.request_id for e in schedule] == request_ids(whole, 300)
+    assert request_count(schedule) == sum(turn_count(s) for s in whole)
+
+    tracemalloc.start()
+    try:
+        big = sample_random(tok, 200_000, 1, input_len=64, output_len=16)
+        schedule = Schedule.build(ScheduleSpec(request_rate=100.0, seed=1), big)
+        assert len(schedule) == 200_000 and request_count(schedule) == 200_000
+        assert schedule[123_456].request_id == "random-123456"
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # the draws (12 bytes a request), the offsets (8) and working arrays; a prompt each would be ~40 MB
+    assert peak < 20 * 2**20, peak
