@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from llmload.report.columns import chunk_batches, histogram_of, in_flight
 from llmload.report.plotting import Figure, colour, pyplot, save
 from llmload.report.server_figures import render_server
 from llmload.report.slices import SLICES_FIGURE, any_slices, fig_slices, write_slices_json
@@ -32,6 +33,8 @@ FIGURES = (
     ("errors", "Failed requests over time"),
 )
 _TIMED = ("timeline", "throughput", "errors")
+#: the most requests the timeline draws a line for (a longer run: every k-th, in first-token order)
+TIMELINE_LINES = 20_000
 
 
 def _bins(arrays: list[np.ndarray], n: int = 40, log: bool = False) -> np.ndarray:
@@ -156,21 +159,21 @@ def fig_timeline(plt, stats):
     timed = _timed(stats)
     fig, axes = plt.subplots(len(timed), 1, figsize=(11, 2.2 + 2.6 * len(timed)), sharex=True, squeeze=False)
     for ax, (i, s) in zip(axes[:, 0], timed, strict=True):
-        inf = float("inf")
-        recs = sorted(s.run.records, key=lambda r: (r.first_token if r.first_token is not None else inf, r.start))
-        t0 = s.t0
-        y = np.arange(len(recs))
-        send = np.asarray([r.start - t0 for r in recs])
-        first = np.asarray([np.nan if r.first_token is None else r.first_token - t0 for r in recs])
-        last = np.asarray([np.nan if r.end is None else r.end - t0 for r in recs])
+        c, t0 = s.columns, s.t0
+        order = np.lexsort((c.start, np.where(np.isnan(c.first_token), np.inf, c.first_token)))
+        step = max(1, -(-order.size // TIMELINE_LINES))
+        order = order[::step]  # a long run: every k-th request in that order (said in the title)
+        y = np.arange(order.size) * step
+        send, first, last = c.start[order] - t0, c.first_token[order] - t0, c.end[order] - t0
         ok = ~np.isnan(first)
         ax.hlines(y[ok], send[ok], first[ok], color="#bbbbbb", linewidth=1, label="send → first token")
         ok2 = ok & ~np.isnan(last)
         ax.hlines(y[ok2], first[ok2], last[ok2], color=colour(i), linewidth=1, label="first → last token")
-        bad = np.asarray([not r.success for r in recs])
+        bad = ~c.success[order]
         if bad.any():
             ax.plot(send[bad], y[bad], "x", color="#d62728", markersize=4, label="failed (at send)")
-        ax.set(title=f"{s.run.label}: one line per request, ordered by first token", ylabel="request #")
+        every = f" (every {step}th of {c.start.size:,})" if step > 1 else ""
+        ax.set(title=f"{s.run.label}: one line per request{every}, ordered by first token", ylabel="request #")
         ax.title.set_fontsize(10)
         ax.legend(fontsize=8, frameon=False, loc="lower right")
     axes[-1, 0].set_xlabel("time since the first send (s)")
@@ -188,24 +191,13 @@ def fig_throughput(plt, stats):
     width = _bucket([s for _, s in timed])
     fig, (ax, fx) = plt.subplots(2, 1, figsize=(11, 6), sharex=True)
     for i, s in timed:
-        t0 = s.t0
-        times, tokens = [], []
-        for r in s.done:
-            n = len(r.chunk_times)
-            counts = r.chunk_tokens if len(r.chunk_tokens) == n else [1] * n
-            times.extend(t - t0 for t in r.chunk_times)
-            tokens.extend(counts)
-        end = max(times) if times else s.run.duration
+        c = s.columns
+        ends = c.end[c.completed]
+        end = float(np.nanmax(ends)) - s.t0 if ends.size and not np.isnan(ends).all() else s.run.duration
         edges = np.arange(0.0, end + width, width)
-        hist, _ = np.histogram(times, bins=edges, weights=tokens)
+        hist = histogram_of(chunk_batches(s.done, s.t0), edges)
         ax.step(edges[:-1], hist / width, where="post", color=colour(i), linewidth=1.4, label=s.run.label)
-        events = []
-        for r in s.run.records:
-            stop = r.end if r.end is not None else r.start
-            events += [(r.start - t0, 1), (stop - t0, -1)]
-        events.sort()
-        xs = [0.0] + [t for t, _ in events]
-        ys = np.concatenate([[0], np.cumsum([d for _, d in events])])
+        xs, ys = in_flight(c.start - s.t0, np.where(np.isnan(c.end), c.start, c.end) - s.t0)
         fx.step(xs, ys, where="post", color=colour(i), linewidth=1.4, label=s.run.label)
     ax.set(title=f"output tokens/s ({width:g} s buckets)", ylabel="tokens/s")
     fx.set(title="requests in flight", ylabel="requests", xlabel="time since the first send (s)")
@@ -221,7 +213,7 @@ def fig_errors(plt, stats):
     fig, ax = plt.subplots(figsize=(11, 3.2))
     total = 0
     for i, s in timed:
-        times = np.asarray([r.start - s.t0 for r in s.failed])
+        times = s.columns.start[s.columns.failed] - s.t0
         total += len(times)
         edges = np.arange(0.0, s.run.duration + 2 * width, width)
         hist, _ = np.histogram(times, bins=edges)

@@ -54,10 +54,10 @@ def _ms(x: float) -> str:
 
 
 def first_itl_stall(s: RunStats) -> Finding | None:
-    itl1, later, per_req = s.itl1, s.itl_later, s.itl1_vs_next
-    if len(itl1) < 5 or len(later) < 5 or len(per_req) < 5:
+    itl1, per_req = s.itl1, s.itl1_vs_next
+    if len(itl1) < 5 or s.itl_later_count < 5 or len(per_req) < 5:
         return None
-    m1, ml = float(np.median(itl1)), float(np.median(later))
+    m1, ml = float(np.median(itl1)), s.itl_later_median
     per = float(np.median(per_req))
     if ml <= 0 or m1 <= STALL_RATIO * ml or per <= STALL_PER_REQUEST_RATIO:
         return None
@@ -79,12 +79,14 @@ def itl_vs_tpot(s: RunStats) -> Finding | None:
     itl, tpot = m.itl.mean_ms, m.tpot.mean_ms
     if tpot <= 0 or itl <= 0 or abs(itl - tpot) / tpot <= ITL_TPOT_GAP:
         return None
-    rows = [r for r in s.done if r.output_tokens > 1 and r.e2el is not None and r.ttft is not None]
-    if len(rows) < 2:
+    c = s.columns
+    e2el, ttft = c.end - c.start, c.first_token - c.start  # the records' own e2el and ttft
+    rows = c.completed & (c.output_tokens > 1) & ~np.isnan(e2el) & ~np.isnan(ttft)
+    if rows.sum() < 2:
         return None
-    decode = np.asarray([r.e2el - r.ttft for r in rows])
-    tokens = np.asarray([r.output_tokens - 1 for r in rows], dtype=float)
-    gaps = np.asarray([max(len(r.chunk_times) - 1, 0) for r in rows], dtype=float)
+    decode = (e2el - ttft)[rows]
+    tokens = c.output_tokens[rows] - 1
+    gaps = np.maximum(c.chunks[rows] - 1, 0)
     weighted = float(decode.sum() / tokens.sum()) * 1000.0
     per_chunk = float(tokens.sum() / gaps.sum()) if gaps.sum() else 1.0
     head = f"mean ITL {itl:.2f} ms vs mean TPOT {tpot:.2f} ms ({_pct((itl - tpot) / tpot)})"

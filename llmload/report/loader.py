@@ -21,6 +21,7 @@ still read, those values becoming ``"inf"`` / ``"-inf"`` / ``None`` like our wri
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from llmload.client.records import RequestRecord
 from llmload.common.choices import RECORDS_FORMATS
 from llmload.common.errors import DatasetError
+from llmload.report.records import RecordsFile, records_span
 
 if TYPE_CHECKING:
     from llmload.servermetrics.snapshot import Snapshot
@@ -49,8 +51,9 @@ class Run:
     #: the result JSON as read (summary keys and metadata)
     summary: dict[str, Any]
     duration: float
-    #: one per request in the order written; for vLLM runs ``start`` is 0 and times are relative
-    records: list[RequestRecord]
+    #: one per request in the order written, read from the records file as they are asked for (an llmload run:
+    #: :class:`~llmload.report.records.RecordsFile`); for vLLM runs ``start`` is 0 and times are relative
+    records: Sequence[RequestRecord]
     #: send / chunk arrival timestamps exist (timelines, throughput over time, errors over time)
     has_timestamps: bool
     notes: list[str] = field(default_factory=list)
@@ -145,14 +148,10 @@ def _label(data: dict[str, Any], path: Path) -> str:
     return stem
 
 
-def _read_records(records_path: Path) -> list[RequestRecord]:
-    from llmload.client.records.file import read_records
-
-    try:
-        records = read_records(records_path)
-    except (OSError, ValueError, TypeError) as exc:
-        raise DatasetError(f"{records_path}: cannot read request records ({exc})") from None
-    if not records:
+def _read_records(records_path: Path, last_wins: bool = False) -> RecordsFile:
+    """The file's records, read as they are asked for (:class:`RecordsFile`; its scan checks every line)."""
+    records = RecordsFile(records_path, last_wins=last_wins)
+    if not len(records):
         raise DatasetError(f"{records_path}: holds no request records")
     return records
 
@@ -171,9 +170,8 @@ def _from_records_alone(path: Path) -> Run:
         raise DatasetError(f"{path}: no such file")
     label = path.name.split(".")[0] or path.name
     # a journal holds a record a frozen worker sent twice twice: the last one counts, as in the records file
-    records = list({r.request_id: r for r in _read_records(path)}.values())
-    start = min(r.start for r in records)
-    end = max(r.end if r.end is not None else r.start for r in records)
+    records = _read_records(path, last_wins=True)
+    start, end = records_span(records) or (0.0, 0.0)
     run = Run(label=label, path=path, source="llmload", summary={"label": label}, duration=max(end - start, 1e-9),
               records=records, has_timestamps=True)
     _attach_server(run, path)
@@ -207,9 +205,8 @@ def _attach_server(run: Run, records_path: Path) -> None:
     except DatasetError as exc:
         run.notes.append(f"server metrics not shown: {exc}")
         return
-    starts = [r.start for r in run.records]
-    ends = [r.end if r.end is not None else r.start for r in run.records]
-    lo, hi = min(starts) - _CLOCK_SLACK_S, max(ends) + _CLOCK_SLACK_S
+    span = records_span(run.records) or (0.0, 0.0)
+    lo, hi = span[0] - _CLOCK_SLACK_S, span[1] + _CLOCK_SLACK_S
     if snapshots and not any(lo <= s.t <= hi for s in snapshots):
         run.notes.append(f"server metrics not shown: {series_path.name} has no scrape during the records' "
                          "time span (written on another clock?)")

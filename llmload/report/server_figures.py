@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from llmload.metrics.definitions import itl_array
+from llmload.report.columns import chunk_batches, gap_sample, histogram_of
 from llmload.report.server import ServerSeries, number, saturation
 from llmload.report.stats import RunStats
 
@@ -73,15 +73,18 @@ def _legend(ax, twin=None) -> None:
         ax.legend(handles, labels, fontsize=8, frameon=False, loc="best")
 
 
+def _done_ends(s: RunStats) -> np.ndarray:
+    """When each completed request ended (report time axis), sorted."""
+    ends = s.columns.end[s.columns.completed]
+    return np.sort(ends[~np.isnan(ends)] - s.t0)
+
+
 def _client_throughput(ax, s: RunStats, edges: np.ndarray) -> None:
     from llmload.report.plotting import colour
 
-    ends = np.asarray([r.end - s.t0 for r in s.done if r.end is not None], dtype=float)
+    ends = _done_ends(s)
     done, _ = np.histogram(ends, bins=edges)
-    times = np.asarray([t - s.t0 for r in s.done for t in r.chunk_times], dtype=float)
-    tokens = np.asarray([n for r in s.done for n in (r.chunk_tokens if len(r.chunk_tokens) == len(r.chunk_times)
-                                                     else [1] * len(r.chunk_times))], dtype=float)
-    produced, _ = np.histogram(times, bins=edges, weights=tokens)
+    produced = histogram_of(chunk_batches(s.done, s.t0), edges)
     ax.stairs(done / BIN_S, edges, color=colour(0), linewidth=1.4, label="completed requests/s")
     tx = ax.twinx()
     tx.stairs(produced / BIN_S, edges, color=colour(1), linewidth=1.2, alpha=0.85, label="output tokens/s (right)")
@@ -96,12 +99,12 @@ def _client_latency(ax, s: RunStats, edges: np.ndarray) -> None:
     from llmload.report.plotting import colour
 
     # TTFT and ITL by their one definition (metrics.definitions), placed at the first token and each chunk
-    firsts = [(r.first_token - s.t0, r.ttft) for r in s.done if r.first_token is not None and r.ttft is not None]
-    ft = np.asarray(firsts, dtype=float).reshape(-1, 2)
-    ends = np.asarray([t - s.t0 for r in s.done for t in r.chunk_times[1:]], dtype=float)
-    gaps = np.concatenate([itl_array(r) for r in s.done] or [np.zeros(0)])
+    c = s.columns
+    has = c.completed & ~np.isnan(c.first_token)
+    first_at, ttft = c.first_token[has] - s.t0, c.ttft[has]
+    ends, gaps = gap_sample(s.done, len(c.itl), s.t0)  # a long run: every k-th request's ITLs
     mids = edges[:-1] + BIN_S / 2
-    ax.plot(mids, binned_median(ft[:, 0], ft[:, 1], edges) * 1000.0, "o-", color=colour(0), markersize=3,
+    ax.plot(mids, binned_median(first_at, ttft, edges) * 1000.0, "o-", color=colour(0), markersize=3,
             linewidth=1.2, label="TTFT median (by first token)")
     tx = ax.twinx()
     tx.plot(mids, binned_median(ends, gaps, edges) * 1000.0, "s-", color=colour(1), markersize=3, linewidth=1.2,
@@ -145,7 +148,7 @@ def fig_server(plt, s: RunStats):
     """The stacked figure of one run (``llmload report``)."""
     series = s.server
     assert series is not None
-    end = max([s.run.duration, *(r.end - s.t0 for r in s.done if r.end is not None)])
+    end = max([s.run.duration, *_done_ends(s)[-1:]])
     edges = np.arange(0.0, math.ceil(end / BIN_S) * BIN_S + BIN_S, BIN_S)
     panels = 4 if series.has("kv") else 3
     fig, axes = plt.subplots(panels, 1, figsize=(11, 2.6 * panels + 0.6), sharex=True)
@@ -178,7 +181,7 @@ def fig_server_queue(plt, stats: list[tuple[int, RunStats]]):
         onsets = onsets or since is not None
         _mark_onset([rx, wx], since, colour(i), f"{s.run.label}: saturated from {since:.1f} s" if since else "")
         left = min(left, float(series.t[0]))
-        right = max([right, s.run.duration, *(r.end - s.t0 for r in s.done if r.end is not None)])
+        right = max([right, s.run.duration, *_done_ends(s)[-1:]])
     rx.set(title="server: requests running" + (" (dashed: saturation onset)" if onsets else ""), ylabel="requests")
     wx.set(title="server: requests waiting", ylabel="requests", xlabel="time since the first send (s)")
     for ax in (rx, wx):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from llmload.metrics.definitions import itl_array
+from llmload.report.columns import gap_sample
 from llmload.report.findings import Finding
 from llmload.report.server import number, saturation
 from llmload.report.stats import RunStats
@@ -57,10 +58,9 @@ def _stall_windows(s: RunStats, threshold: float) -> tuple[np.ndarray, np.ndarra
 
 def stall_is_admission(s: RunStats) -> Finding | None:
     series = s.server
-    later = s.itl_later
-    if series is None or not (series.has("running") and series.has("waiting")) or len(later) < 5:
+    if series is None or not (series.has("running") and series.has("waiting")) or s.itl_later_count < 5:
         return None
-    median_later = float(np.median(later))
+    median_later = s.itl_later_median
     if median_later <= 0:
         return None
     a, b, c = _stall_windows(s, ADMIT_ITL_RATIO * median_later)
@@ -90,8 +90,10 @@ def stall_is_admission(s: RunStats) -> Finding | None:
 
 def _ttft_split(s: RunStats, since: float) -> str:
     """``"; median TTFT X of requests sent after the onset vs Y before (Zx)"`` when both sides have requests."""
-    before = [r.ttft for r in s.done if r.start - s.t0 < since and r.ttft is not None]
-    after = [r.ttft for r in s.done if r.start - s.t0 >= since and r.ttft is not None]
+    c = s.columns
+    has = c.completed & ~np.isnan(c.ttft)
+    sent, ttft = c.start[has] - s.t0, c.ttft[has]
+    before, after = ttft[sent < since], ttft[sent >= since]
     if len(before) < MIN_SIDE or len(after) < MIN_SIDE:
         return ""
     b, a = float(np.median(before)), float(np.median(after))
@@ -163,8 +165,7 @@ def _preemption_itls(s: RunStats) -> str:
         return ""
     k = int(np.argmax(flags))
     detail = f", first between {series.t[k - 1]:.1f} s and {series.t[k]:.1f} s"
-    ends = np.asarray([t - s.t0 for r in s.done for t in r.chunk_times[1:]], dtype=float)
-    gaps = np.concatenate([np.diff(np.asarray(r.chunk_times, dtype=float)) for r in s.done] or [np.zeros(0)])
+    ends, gaps = gap_sample(s.done, len(s.columns.itl), s.t0)  # a long run: every k-th request's ITLs
     covered, hit = series.overlapping(flags, ends, ends)
     inside, outside = gaps[hit], gaps[covered & ~hit]
     if len(inside) >= MIN_SIDE and len(outside) >= MIN_SIDE:

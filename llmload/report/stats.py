@@ -8,6 +8,7 @@ and with anything recomputed from the records file.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -16,17 +17,10 @@ import numpy as np
 
 from llmload.client.records import RequestRecord
 from llmload.common.errors import LLMLoadError
-from llmload.metrics import (
-    METRICS,
-    SENT,
-    BenchmarkMetrics,
-    Deployment,
-    compute_metrics,
-    input_tokens,
-    is_completed,
-    itls_s,
-)
+from llmload.metrics import METRICS, BenchmarkMetrics, Deployment, compute_metrics
+from llmload.report.columns import RecordColumns
 from llmload.report.loader import Run
+from llmload.report.records import RecordsView
 from llmload.report.server import ServerSeries, server_series, server_summary
 
 
@@ -38,8 +32,14 @@ class RunStats:
     goodput_slos: dict[str, Any] | None = None
 
     @cached_property
-    def done(self) -> list[RequestRecord]:
-        return [r for r in self.run.records if is_completed(r)]
+    def columns(self) -> RecordColumns:
+        """The per-request numbers (one pass over the records; :mod:`llmload.report.columns`)."""
+        return RecordColumns(self.run.records)
+
+    @cached_property
+    def done(self) -> Sequence[RequestRecord]:
+        """The completed requests, read from the records as they are iterated."""
+        return RecordsView(self.run.records, np.flatnonzero(self.columns.completed))
 
     @cached_property
     def deployment(self) -> Deployment:
@@ -68,13 +68,11 @@ class RunStats:
 
     def values(self, key: str) -> np.ndarray:
         """Metric ``key`` of :data:`llmload.metrics.METRICS` (seconds) over the requests it applies to;
-        pooled metrics (ITL) one value per gap."""
-        metric = METRICS[key]
-        records = self.run.records if metric.applies_to == SENT else self.done
-        if metric.pooled:
-            parts = [metric.value(r) for r in records]
-            return np.concatenate(parts) if parts else np.zeros(0)
-        return np.asarray([v for r in records if (v := metric.value(r)) is not None], dtype=float)
+        pooled metrics (ITL) one value per gap (a picture of them past a spilled column:
+        :class:`~llmload.report.columns.Pooled`)."""
+        if METRICS[key].pooled:
+            return self.columns.itl.picture()
+        return self.columns.values(key)
 
     @cached_property
     def ttft(self) -> np.ndarray:
@@ -97,50 +95,50 @@ class RunStats:
         return self.values("itl")
 
     @cached_property
-    def _itls(self) -> list[list[float]]:
-        return [itls_s(r) for r in self.done]
-
-    @cached_property
     def itl1(self) -> np.ndarray:
         """ITL₁: the gap between the first and the second counted event, one per request that has it."""
-        return np.asarray([gaps[0] for gaps in self._itls if gaps], dtype=float)
+        return self.columns.values("itl1")
 
     @cached_property
     def itl_later(self) -> np.ndarray:
-        """Every ITL after the first, pooled."""
-        return np.asarray([g for gaps in self._itls for g in gaps[1:]], dtype=float)
+        """Every ITL after the first, pooled (a picture of them past a spilled column)."""
+        return self.columns.itl_later.picture()
+
+    @property
+    def itl_later_median(self) -> float:
+        """The exact median of every ITL after the first (0 without any)."""
+        return self.columns.itl_later.median()
+
+    @property
+    def itl_later_count(self) -> int:
+        return len(self.columns.itl_later)
 
     @cached_property
     def itl1_vs_next(self) -> np.ndarray:
         """Per request: ITL₁ / median(ITL₂..ITL₄) (the gaps right after it), for requests with at least 3 ITLs
         and a non-zero median."""
-        out = []
-        for gaps in self._itls:
-            if len(gaps) >= 3:
-                nxt = float(np.median(gaps[1:4]))
-                if nxt > 0:
-                    out.append(gaps[0] / nxt)
-        return np.asarray(out, dtype=float)
+        return self.columns.values("itl1_vs_next")
 
     @cached_property
     def input_lens(self) -> np.ndarray:
         """Prompt lengths of the completed requests (the dataset's, as ``total_input_tokens``)."""
-        return np.asarray([input_tokens(r) for r in self.done], dtype=float)
+        return self.columns.input_tokens[self.columns.completed]
 
     @cached_property
     def output_lens(self) -> np.ndarray:
-        return np.asarray([r.output_tokens for r in self.done], dtype=float)
+        return self.columns.output_tokens[self.columns.completed]
 
     @cached_property
     def t0(self) -> float:
         """The run's time zero: the earliest intended or actual send."""
-        starts = [r.start for r in self.run.records]
-        starts += [r.intended_send for r in self.run.records if r.intended_send is not None]
-        return min(starts) if starts else 0.0
+        c = self.columns
+        times = np.concatenate([c.start, c.intended[~np.isnan(c.intended)]])
+        return float(times.min()) if times.size else 0.0
 
     @cached_property
-    def failed(self) -> list[RequestRecord]:
-        return [r for r in self.run.records if not r.success and not r.cut_off]
+    def failed(self) -> Sequence[RequestRecord]:
+        """The failed requests (not those cut off by the end of the run), read as they are iterated."""
+        return RecordsView(self.run.records, np.flatnonzero(self.columns.failed))
 
     @cached_property
     def server(self) -> ServerSeries | None:
