@@ -33,6 +33,8 @@ FIGURES = (
     ("errors", "Failed requests over time"),
 )
 _TIMED = ("timeline", "throughput", "errors")
+#: the most points a CDF curve or a box plot's outliers are drawn with
+CURVE_POINTS = 4096
 #: the most requests the timeline draws a line for (a longer run: every k-th, in first-token order)
 TIMELINE_LINES = 20_000
 
@@ -54,10 +56,28 @@ def _bins(arrays: list[np.ndarray], n: int = 40, log: bool = False) -> np.ndarra
 
 
 def _ecdf(ax, values: np.ndarray, **kw) -> None:
+    """The empirical CDF; a long one drawn through :data:`CURVE_POINTS` evenly spaced ranks (the first and the
+    last included), each at its exact value and fraction."""
     if not len(values):
         return
     x = np.sort(values)
-    ax.plot(x, np.arange(1, len(x) + 1) / len(x), drawstyle="steps-post", **kw)
+    ranks = np.arange(1, len(x) + 1)
+    if len(x) > CURVE_POINTS:
+        at = np.unique(np.linspace(0, len(x) - 1, CURVE_POINTS).astype(np.int64))
+        x, ranks = x[at], ranks[at]
+    ax.plot(x, ranks / len(values), drawstyle="steps-post", **kw)
+
+
+def _box_stats(values: np.ndarray) -> dict:
+    """Matplotlib's box-plot statistics of every value, with at most :data:`CURVE_POINTS` of the fliers drawn
+    (evenly spaced in order, the most extreme both ways included): a long run's box is its own, exactly."""
+    from matplotlib import cbook
+
+    stats = cbook.boxplot_stats(values if len(values) else np.zeros(1))[0]
+    fliers = np.sort(stats["fliers"])
+    if fliers.size > CURVE_POINTS:
+        stats["fliers"] = fliers[np.unique(np.linspace(0, fliers.size - 1, CURVE_POINTS).astype(np.int64))]
+    return stats
 
 
 def _legend(ax, stats: list[RunStats]) -> None:
@@ -76,8 +96,7 @@ def _hist_and_box(plt, stats: list[RunStats], attr: str, title: str, xlabel: str
             ax.axvline(np.median(d), color=colour(i), linestyle=":", linewidth=1)
     ax.set(title=f"{title} histogram (dotted: median)", xlabel=xlabel, ylabel="requests")
     _legend(ax, stats)
-    box = bx.boxplot([d if len(d) else [0.0] for d in data], patch_artist=True, showfliers=True,
-                     flierprops={"markersize": 2})
+    box = bx.bxp([_box_stats(d) for d in data], patch_artist=True, showfliers=True, flierprops={"markersize": 2})
     for i, patch in enumerate(box["boxes"]):
         patch.set_facecolor(colour(i))
         patch.set_alpha(0.5)

@@ -3,6 +3,8 @@ the feed a worker's open loop reads them from, and the bitmap range the master t
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import gevent
 import numpy as np
 import pytest
@@ -30,7 +32,7 @@ def test_parts_cover_the_schedule_once_in_order_and_each_is_due_before_its_first
             covered.append((lo, hi))
             assert last == (hi == offsets.size)
     assert covered[0][0] == 0 and covered[-1][1] == offsets.size
-    assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(covered, covered[1:], strict=False))
+    assert all(a[1] == b[0] and a[0] < a[1] for a, b in pairwise(covered))
     spans = [float(offsets[hi - 1] - offsets[lo]) for lo, hi in covered]
     assert max(spans) <= 30.0
 
