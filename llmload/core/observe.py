@@ -9,7 +9,7 @@ outcome says so.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
@@ -30,7 +30,8 @@ SAMPLE_S = 0.5
 class Observed:
     """What the observer saw, for the summary, the result JSON and the series file."""
 
-    snapshots: list[Any] = field(default_factory=list)
+    #: the scrapes (a :class:`~llmload.servermetrics.log.SnapshotLog` while scraped here)
+    snapshots: Sequence[Any] = field(default_factory=list)
     server: dict[str, Any] | None = None
     saturation: Verdict | None = None
     stopped_on_saturation: bool = False
@@ -72,11 +73,15 @@ def save_series(observed: Observed | None, records_path: Path, say: Callable[[st
     if observed is None or not observed.snapshots:
         return None
     from llmload.core.messages import clock_offset
+    from llmload.servermetrics.log import SnapshotLog
     from llmload.servermetrics.store import series_path_for, write_series
 
     path = series_path_for(records_path)
     try:
-        write_series(path, observed.snapshots, clock_offset())
+        if isinstance(observed.snapshots, SnapshotLog):
+            observed.snapshots.save(path)
+        else:
+            write_series(path, observed.snapshots, clock_offset())
     except OSError as exc:
         say(f"error: cannot write the server's metrics to {path}: {exc.strerror or exc}")
         return None
@@ -165,9 +170,9 @@ class RunObserver:
             from llmload.servermetrics.summarize import summarize
 
             self.scraper.stop()
-            observed.snapshots = list(self.scraper.snapshots)
+            observed.snapshots = self.scraper.snapshots
             observed.scrape_url = getattr(self.scraper, "shown_url", "")
-            observed.server = summarize(observed.snapshots, self.start, self.end, failures=self.scraper.failures,
+            observed.server = summarize(self.scraper.snapshots.slim(), self.start, self.end, failures=self.scraper.failures,
                                         first_error=self.scraper.first_error)
         if self.monitor is not None:
             observed.saturation = self.monitor.verdict()

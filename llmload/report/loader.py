@@ -201,7 +201,7 @@ def _attach_server(run: Run, records_path: Path) -> None:
     clock = run.summary.get("clock")
     offset = float(clock) if isinstance(clock, int | float) and not isinstance(clock, bool) else None
     try:
-        snapshots = read_series(series_path, offset)
+        snapshots = read_series(series_path, offset, slim=True)
     except DatasetError as exc:
         run.notes.append(f"server metrics not shown: {exc}")
         return

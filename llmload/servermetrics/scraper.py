@@ -21,6 +21,7 @@ import gevent
 import gevent.event
 
 from llmload.servermetrics.fetch import GARBAGE, Masker, Page, ScrapeError, fetch
+from llmload.servermetrics.log import SnapshotLog
 from llmload.servermetrics.parse import ExpositionError, Sample, iter_samples, preload
 from llmload.servermetrics.snapshot import Snapshot, build_snapshot
 
@@ -77,7 +78,8 @@ class Scraper:
         self.interval_s = float(interval_s)
         self.timeout_s = float(timeout_s) if timeout_s is not None else default_timeout(self.interval_s)
         self.headers = dict(headers or {})
-        self.snapshots: list[Snapshot] = []
+        #: on disk as they come, the latest one held (:class:`~llmload.servermetrics.log.SnapshotLog`)
+        self.snapshots = SnapshotLog()
         self.failures: Counter[str] = Counter()
         self.first_error = ""
         self._masker = Masker(url, self.headers)

@@ -66,7 +66,8 @@ def _bounded_raw(snapshot: Snapshot) -> tuple[dict[str, float | str], int]:
     return {k: _number(snapshot.raw[k]) for k in kept}, snapshot.raw_dropped + len(keys) - len(kept)
 
 
-def _line(snapshot: Snapshot, clock_offset: float) -> bytes:
+def encode_line(snapshot: Snapshot, clock_offset: float) -> bytes:
+    """One scrape as the file's line."""
     raw, dropped = _bounded_raw(snapshot)
     obj = {
         "t": snapshot.t,
@@ -87,7 +88,7 @@ def write_series(path: Path, snapshots: Iterable[Snapshot], clock_offset: float)
     """Write the snapshots, one JSON line each, atomically (a temporary file, then a rename).
 
     ``clock_offset``: ``wall - perf_counter`` of the process that took them (``core.messages.clock_offset()``)."""
-    data = b"".join(_line(s, clock_offset) for s in snapshots)
+    data = b"".join(encode_line(s, clock_offset) for s in snapshots)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     try:
@@ -99,7 +100,8 @@ def write_series(path: Path, snapshots: Iterable[Snapshot], clock_offset: float)
         raise
 
 
-def _snapshot(obj: Any, clock_offset: float | None) -> Snapshot:
+def decode_line(obj: Any, clock_offset: float | None) -> Snapshot:
+    """One line's object as a scrape, its ``t`` moved onto ``clock_offset``'s clock when given."""
     if not isinstance(obj, dict):
         raise ValueError("not a JSON object")
     t = _float(obj["t"])
@@ -120,21 +122,29 @@ def _snapshot(obj: Any, clock_offset: float | None) -> Snapshot:
     )
 
 
-def read_series(path: Path, clock_offset: float | None = None) -> list[Snapshot]:
+def read_series(path: Path, clock_offset: float | None = None, *, slim: bool = False) -> list[Snapshot]:
     """The snapshots of a file :func:`write_series` wrote. With ``clock_offset`` (the reader's
     ``wall - perf_counter``), every ``t`` is moved onto the reader's clock; without it, ``t`` is as written.
+    ``slim``: without their histograms and raw samples (a report reads the series alone: a day of scrapes).
 
     Raises :class:`~llmload.common.errors.DatasetError` naming the line for a file that is not such a file."""
+    snapshots = []
     try:
-        lines = path.read_bytes().splitlines()
+        with open(path, "rb") as f:
+            for lineno, line in enumerate(f, 1):
+                if line.strip():
+                    snapshots.append(_read_line(line, clock_offset, slim, path, lineno))
     except OSError as exc:
         raise DatasetError(f"{path}: cannot read the server-metrics file ({exc.strerror or exc})") from None
-    snapshots = []
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            snapshots.append(_snapshot(orjson.loads(line), clock_offset))
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise DatasetError(f"{path}:{lineno}: not a server-metrics line ({exc})") from None
     return snapshots
+
+
+def _read_line(line: bytes, clock_offset: float | None, slim: bool, path: Path, lineno: int) -> Snapshot:
+    try:
+        obj = orjson.loads(line)
+        if slim and isinstance(obj, dict):
+            obj.pop("histograms", None)
+            obj.pop("raw", None)
+        return decode_line(obj, clock_offset)
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise DatasetError(f"{path}:{lineno}: not a server-metrics line ({exc})") from None
