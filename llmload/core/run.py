@@ -122,7 +122,7 @@ def oversamples(options: Any) -> bool:
                 or getattr(options, "multi_turn", False))
 
 
-def oversample(samples: list[Any], count: int, seed: int) -> list[Any]:
+def oversample(samples: Sequence[Any], count: int, seed: int) -> list[Any]:
     """``samples`` then repeats of them drawn with ``random.Random(seed).choice`` up to ``count``, as vLLM
     oversamples (each repeat gets its own request id from the schedule: ``#k`` appended)."""
     import random

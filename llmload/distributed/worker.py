@@ -82,10 +82,11 @@ class BenchWorker:
             self.revoked = set()
             self.planned = self.released = self.jobs_taken = 0
         self.jobs_taken += 1
-        requests: Sequence[Scheduled] | RequestFeed = job_requests(job.items)
-        self.planned += request_count(requests)
+        first = job_requests(job.items)
+        self.planned += request_count(first)
+        requests: Sequence[Scheduled] | RequestFeed = first
         if job.more:
-            requests = self._feed = RequestFeed(requests, self.control.stop)
+            requests = self._feed = RequestFeed(first, self.control.stop)
         self._jobs.append(gevent.spawn(self._run_job, job, requests))
         if self._flusher is None:
             self._flusher = gevent.spawn(self._flush_loop)

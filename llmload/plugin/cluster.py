@@ -24,6 +24,7 @@ import gevent
 
 from llmload.core import protocol
 from llmload.core.messages import job_items, job_requests, read_records_message
+from llmload.core.parts import RunParts, part_seconds
 from llmload.core.protocol import (
     BATCH_INTERVAL_S,
     LIVE_INTERVAL_S,
@@ -84,6 +85,8 @@ class ClusterRole:
     reassigned: IndexSet
     #: master: each record's schedule index (its own; by its id only for an older worker's)
     index_of: IndexLookup
+    #: master, headless open loop: where the schedule is cut into the parts sent as their time comes
+    parts: RunParts | None
 
     @property
     def open_loop(self) -> bool:
@@ -162,22 +165,32 @@ class ClusterRole:
                     "classes": class_weights(self.environment)}
         self.cluster, self.jobs, self.reassigned = {}, {}, IndexSet()
         track = live is None and self.open_loop and self.headless
+        # a tracked share goes in parts as their time comes (core/parts); an untracked one whole
+        parts = self.parts = (RunParts(self.schedule.offsets, part_seconds())
+                              if track and isinstance(self.schedule, Schedule) else None)
+        if parts is not None and parts.more:
+            tell(f"each worker's share goes out in {parts.count} parts of {parts.part_s:g} s of the schedule, each "
+                 "sent before it is due")
         for k, client in enumerate(clients):
             items: list[list[Any]] | dict[str, Any]
+            more = False
             if live is not None:
                 items = sample_items(self.schedule.samples)
             else:
                 assert isinstance(self.schedule, Schedule)
                 indices = self.schedule.share_indices(k, count)
-                items = job_items(self.schedule, indices)
-                if track:
+                if parts is not None:
                     state = WorkerState(client.id, self.runner.get_worker_index(client.id))
                     state.assigned = IndexSet(indices)
+                    state.feeding = more = parts.more
+                    indices = state.assigned.between(*parts.first)
+                    state.sent.update(indices)
                     self.cluster[client.id] = state
+                items = job_items(self.schedule, indices)
             self.jobs[client.id] = 1
             job = Job(items, start_wall, first=True, part=(k, count), max_concurrency=caps[k],
                       stop_timeout=float(self.environment.stop_timeout or 0.0), live=live,
-                      open_loop=self.open_loop, headless=self.headless, model=self.workload.model)
+                      open_loop=self.open_loop, headless=self.headless, model=self.workload.model, more=more)
             self.runner.send_message(protocol.JOB, job.data(), client_id=client.id)
         if track:
             assert isinstance(self.schedule, Schedule)
@@ -189,6 +202,7 @@ class ClusterRole:
         goes to the others, as in ``llmload bench``."""
         while not self.finished and not self.control.stop.is_set():
             gevent.sleep(WATCH_INTERVAL_S)
+            self._send_due_parts()
             alive = alive_workers(self.runner)
             for state in self.cluster.values():
                 if state.lost or state.done or state.client_id in alive:
@@ -203,6 +217,23 @@ class ClusterRole:
                     job = Job(job_items(self.schedule, part), self._start_wall, first=False)
                     self.runner.send_message(protocol.JOB, job.data(), client_id=survivor.client_id)
             self._maybe_finish()
+
+    def _send_due_parts(self) -> None:
+        """The parts of each worker's share whose time has come, less what it was given already (a lost
+        worker's requests), as ``llmload bench``'s master sends them."""
+        if self.parts is None:
+            return
+        assert isinstance(self.schedule, Schedule)
+        for lo, hi, last in self.parts.due(perf_counter() - self.start):
+            for state in self.cluster.values():
+                if not state.feeding or state.lost or state.done:
+                    state.feeding = False
+                    continue
+                todo = [i for i in state.assigned.between(lo, hi) if i not in state.sent]
+                state.sent.update(todo)
+                job = Job(job_items(self.schedule, todo), self._start_wall, first=False, more=not last, follows=True)
+                self.runner.send_message(protocol.JOB, job.data(), client_id=state.client_id)
+                state.feeding = not last
 
     def _maybe_finish(self) -> None:
         """Headless: every worker still there finished every job it was given: end the test."""
@@ -260,6 +291,9 @@ class ClusterRole:
         """The first job of a test is this worker's share (kept until its users start); a later one holds more
         requests for its open loop (a lost worker's unsent ones), on the same run clock."""
         job = Job.from_data(msg.data)
+        if job.follows:  # a later part of the share: not a job of its own
+            self.take_part(job)  # type: ignore[attr-defined]
+            return
         if job.first:
             self.plan = job
             self.headless = job.headless  # the master's web UI decides

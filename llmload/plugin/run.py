@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Sequence
 from time import perf_counter
 from typing import Any
 
@@ -28,6 +29,7 @@ from llmload.core.conversation import request_count
 from llmload.core.dispatch import (
     LEAD_S,
     CyclingQueue,
+    RequestFeed,
     RequestQueue,
     StopControl,
     Tally,
@@ -73,8 +75,13 @@ class LocustRun(ClusterRole, RunState):
         self.workload: Any = None
         self.schedule: Schedule | LiveSchedule | None = None
         self._workload_key: tuple | None = None
-        #: this process's part of the run
-        self.share: list[Scheduled] = []
+        #: this process's part of the run (the schedule itself on a local runner: its entries made as read)
+        self.share: Sequence[Scheduled] | Schedule = []
+        #: worker: the feed its open loop reads when its share comes in parts, parts that came before the test
+        #: started, and the requests of the later parts (each turn counted)
+        self.feed: RequestFeed | None = None
+        self.early_parts: list[Job] = []
+        self.parts_planned = 0
         self.queue: RequestQueue | None = None
         self.dispatcher: gevent.Greenlet | None = None
         self.tally = Tally()
@@ -95,6 +102,7 @@ class LocustRun(ClusterRole, RunState):
         self.jobs = {}
         self.reassigned = IndexSet()
         self.index_of = IndexLookup()
+        self.parts = None
         #: worker: jobs received (the plan, then a lost worker's requests), and their extra dispatchers
         self.jobs_received = 1
         self._more: list[gevent.Greenlet] = []
@@ -252,20 +260,26 @@ class LocustRun(ClusterRole, RunState):
         """Start sending this process's share: the dispatcher (open loop) or the users' queue (closed loop)."""
         self.start = plan.start_wall - clock_offset()
         index, count = (int(n) for n in plan.part)
+        self.feed, self.parts_planned = None, 0
         if self.role == "worker":
             self.share = self._requests_from_plan(plan)
+            if plan.more and self.open_loop:
+                self.feed = RequestFeed(self.share, self.control.stop)
+                for part in self.early_parts:
+                    self.take_part(part)
+            self.early_parts = []
         elif isinstance(self.schedule, Schedule):
-            self.share = list(self.schedule)
+            self.share = self.schedule if self.open_loop else list(self.schedule)
         else:
             self.share = _sample_requests(self.workload.samples)
         if self.open_loop:
-            for request in self.share[:1]:
-                self.sender_for(request)  # built now, not as the first request is due
+            if len(self.share):
+                self.sender_for(self.share[0])  # built now, not as the first request is due
             self.dispatcher = gevent.spawn(self._dispatch, plan.max_concurrency, index, count)
         elif self.headless:
-            self.queue = RequestQueue(self.share)
+            self.queue = RequestQueue(list(self.share))
         else:
-            self.queue = CyclingQueue(self.share)
+            self.queue = CyclingQueue(list(self.share))
 
     def _requests_from_plan(self, plan: Job) -> list[Scheduled]:
         from llmload.core.messages import job_requests
@@ -286,7 +300,7 @@ class LocustRun(ClusterRole, RunState):
                                             mine=lambda i: i % count == index, max_concurrency=max_concurrency,
                                             control=self.control, start_at=self.start)
         else:
-            self.tally = run_open_loop(list(self.share), self.sender_for, self.sink, max_concurrency=max_concurrency,
+            self.tally = run_open_loop(self.feed or self.share, self.sender_for, self.sink, max_concurrency=max_concurrency,
                                        control=self.control, start_at=self.start, on_dispatch=self._on_dispatch)
         self._share_sent = True
         if not self.control.stop.is_set() and not self._more:
@@ -296,10 +310,26 @@ class LocustRun(ClusterRole, RunState):
         if self.shipper is not None:
             self.shipper.dispatched(request.index)  # the master re-assigns only what was not released
 
+    def take_part(self, job: Job) -> None:
+        """A later part of this worker's share (:mod:`llmload.core.parts`): into its open loop's feed, or kept
+        until the test starts; none is open (the test stopped): not sent."""
+        if self.feed is None:
+            if self.dispatcher is None:
+                self.early_parts.append(job)
+            return
+        from llmload.core.messages import job_requests
+
+        part = job_requests(job.items)
+        self.parts_planned += request_count(part)
+        self.feed.add(part, job.more)
+
     def add_requests(self, requests: list[Scheduled]) -> None:
         """Send ``requests`` too, on this run's clock (a lost worker's unsent requests: most are overdue, and
         go out at once). The share is finished again only when they are answered."""
-        self.share.extend(requests)
+        if isinstance(self.share, list):
+            self.share.extend(requests)
+        else:
+            self.share = [*self.share, *requests]
         self.finished = False
         self._more.append(gevent.spawn(self._dispatch_more, requests))
 
@@ -335,7 +365,7 @@ class LocustRun(ClusterRole, RunState):
             dispatched = self.tally.dispatched + self._more_dispatched
         else:
             dispatched = (self.queue.taken if self.queue is not None else 0) + self.later_turns
-        planned = request_count(self.share) if self.headless else dispatched
+        planned = request_count(self.share) + self.parts_planned if self.headless else dispatched
         return {"planned": planned, "dispatched": dispatched}
 
     def _share_done(self) -> None:

@@ -254,7 +254,8 @@ def test_worker_killed_mid_run_is_reported_and_its_records_kept(procs, tmp_path:
             "--num-prompts", str(KILL_PROMPTS), "--save-result", "--disable-tqdm", "--result-dir",
             str(tmp_path / "kill"), "--master", "--expect-workers", "2", "--master-bind-host", "127.0.0.1",
             "--master-bind-port", str(port)]
-    master, out, err = procs.start("kill-master", argv)
+    # the 6 s schedule goes to the workers in parts of 2 s: the kill hands over parts not yet sent as well
+    master, out, err = procs.start("kill-master", argv, offline_env({"LLMLOAD_PART_S": "2"}))
     worker_argv = [*llmload_command(), "bench", "--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
     # start them one after the other so the survivor is worker0 and the victim worker1
     w0, _, w0err = procs.start("kill-w0", worker_argv)
@@ -283,6 +284,7 @@ def test_worker_killed_mid_run_is_reported_and_its_records_kept(procs, tmp_path:
     assert re.search(r"worker0 records \(ok\):\s+\d+", stdout), stdout
     assert re.search(rf"Lost with dead workers:\s+{lost}\b", stdout), stdout
     assert "worker1 disappeared" in stderr, stderr[-3000:]
+    assert "share goes out in" in stdout + stderr, stderr[-3000:]
     assert lost >= 1, f"nothing was in flight with worker1 when it was killed?\n{stdout}"
 
     # every request is accounted for: in the records file, or lost with worker1 — none twice, none unsent
@@ -480,7 +482,8 @@ def test_locust_processes_worker_killed_hands_its_unsent_requests_to_the_other(p
                        "--arrival", "open", "--request-rate", "20", "--num-prompts", str(LOCUST_KILL_PROMPTS),
                        "--seed", "3", "--tokenizer", "builtin", "--sharegpt-output-len", "50", "--ignore-eos",
                        "--llm-records", str(records_path))
-    proc, out, err = procs.start("lkill", argv)
+    # the 10 s schedule goes to the workers in parts of 2 s: the kill hands over parts not yet sent as well
+    proc, out, err = procs.start("lkill", argv, offline_env({"LLMLOAD_PART_S": "2"}))
     # ~10 s of schedule; kill once 40 requests have finished (a condition: a slow start-up shifts it)
     wait_for_lines(sim_trace, 40, proc, 90)
     workers = psutil.Process(proc.pid).children()
@@ -497,6 +500,7 @@ def test_locust_processes_worker_killed_hands_its_unsent_requests_to_the_other(p
     assert m, stderr[-3000:]
     victim, victim_records, lost, handed = m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4))
     assert handed > 0, "the kill came after worker's last send?"
+    assert "share goes out in" in stderr, stderr[-3000:]
     assert re.search(rf"Lost with dead workers:\s+{lost}\b", stderr), stderr[-3000:]
     assert re.search(r"Not sent \(run stopped early\):\s+0\b", stderr), stderr[-3000:]
     assert re.search(rf"Requests in the schedule:\s+{LOCUST_KILL_PROMPTS}\b", stderr), stderr[-3000:]
