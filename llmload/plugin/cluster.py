@@ -17,13 +17,14 @@ finish sent before a re-assigned job arrived is not taken for the end of that jo
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from time import perf_counter
 from typing import Any
 
 import gevent
 
 from llmload.core import protocol
-from llmload.core.messages import job_items, job_requests, read_records_message
+from llmload.core.messages import clock_offset, job_items, job_requests, read_records_message
 from llmload.core.parts import RunParts, part_seconds
 from llmload.core.protocol import (
     BATCH_INTERVAL_S,
@@ -38,7 +39,7 @@ from llmload.core.protocol import (
     Stop,
     TokenGate,
 )
-from llmload.core.schedule import IndexLookup, LiveSchedule, Schedule
+from llmload.core.schedule import IndexLookup, LiveSchedule, Schedule, Scheduled
 from llmload.distributed.indices import IndexSet
 from llmload.distributed.master import WorkerState, alive_workers, lose_worker
 from llmload.plugin.console import tell
@@ -88,12 +89,33 @@ class ClusterRole:
     #: master, headless open loop: where the schedule is cut into the parts sent as their time comes
     parts: RunParts | None
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.plan = None
+        self.gate = None
+        self.worker_live = {}
+        self._start_wall = 0.0
+        self.cluster = {}
+        self.jobs = {}
+        self.reassigned = IndexSet()
+        self.index_of = IndexLookup()
+        self.parts = None
+        self.jobs_received = 1
+        self._my_clock = clock_offset()
+
     @property
     def open_loop(self) -> bool:
         raise NotImplementedError  # the run's (LocustRun)
 
+    def take_part(self, job: Job) -> None:
+        raise NotImplementedError  # the run's (plugin.share.ShareRole)
+
+    def add_requests(self, requests: Sequence[Scheduled]) -> None:
+        raise NotImplementedError  # the run's (plugin.share.ShareRole)
+
     def _apply_rate(self, rate: float, from_offset: float) -> None:
         raise NotImplementedError  # the run's (LocustRun)
+
 
     def register(self, token: str | None) -> None:
         """Register this role's messages on the runner (``token``: the cluster token, or None)."""
@@ -292,7 +314,7 @@ class ClusterRole:
         requests for its open loop (a lost worker's unsent ones), on the same run clock."""
         job = Job.from_data(msg.data)
         if job.follows:  # a later part of the share: not a job of its own
-            self.take_part(job)  # type: ignore[attr-defined]
+            self.take_part(job)
             return
         if job.first:
             self.plan = job
@@ -300,7 +322,7 @@ class ClusterRole:
             self.jobs_received = 1
             return
         self.jobs_received += 1
-        self.add_requests(job_requests(job.items))  # type: ignore[attr-defined]
+        self.add_requests(job_requests(job.items))
 
     def on_stop(self, msg: Any = None, **_: Any) -> None:
         if msg is not None and Stop.from_data(msg.data).force:
@@ -332,6 +354,5 @@ class ClusterRole:
 def sample_items(samples: list[Any]) -> list[list[Any]]:
     """Every sample as a job item (the web UI's live schedule: each worker draws the whole sequence)."""
     from llmload.core.messages import item
-    from llmload.core.schedule import Scheduled
 
     return [item(Scheduled(i, 0.0, s, s.request_id or str(i))) for i, s in enumerate(samples)]

@@ -39,21 +39,21 @@ from llmload.core.dispatch import (
 )
 from llmload.core.messages import clock_offset
 from llmload.core.protocol import Done, Finished, Job, SetRate
-from llmload.core.schedule import IndexLookup, LiveSchedule, Schedule, Scheduled, request_ids
+from llmload.core.schedule import LiveSchedule, Schedule, Scheduled, request_ids
 from llmload.core.sink import BatchShipper, RecordList
 from llmload.core.state import RunState
-from llmload.distributed.indices import IndexSet
 from llmload.options import option_value
 from llmload.plugin.cluster import ClusterRole
 from llmload.plugin.console import tell
 from llmload.plugin.observing import finish_observer, health_report, say, start_observer, watch_health
 from llmload.plugin.report import open_journal
+from llmload.plugin.share import ShareRole
 
 #: a rate change applies this far in the schedule's future, so every worker hears of it first
 STEER_LEAD_S = 0.5
 
 
-class LocustRun(ClusterRole, RunState):
+class LocustRun(ShareRole, ClusterRole, RunState):
     """The state of one environment's run; Locust's events call its ``on_*`` methods."""
 
     def __init__(self, environment: Any) -> None:
@@ -77,11 +77,6 @@ class LocustRun(ClusterRole, RunState):
         self._workload_key: tuple | None = None
         #: this process's part of the run (the schedule itself on a local runner: its entries made as read)
         self.share: Sequence[Scheduled] | Schedule = []
-        #: worker: the feed its open loop reads when its share comes in parts, parts that came before the test
-        #: started, and the requests of the later parts (each turn counted)
-        self.feed: RequestFeed | None = None
-        self.early_parts: list[Job] = []
-        self.parts_planned = 0
         self.queue: RequestQueue | None = None
         self.dispatcher: gevent.Greenlet | None = None
         self.tally = Tally()
@@ -94,21 +89,7 @@ class LocustRun(ClusterRole, RunState):
         #: master: each worker's llm_done, and which workers finished their share
         self.reports: dict[str, Done] = {}
         self._finished_workers: set[str] = set()
-        self.plan: Job | None = None
-        self.gate = None
-        self.worker_live = {}
-        self._start_wall = 0.0
-        self.cluster = {}
-        self.jobs = {}
-        self.reassigned = IndexSet()
-        self.index_of = IndexLookup()
-        self.parts = None
-        #: worker: jobs received (the plan, then a lost worker's requests), and their extra dispatchers
-        self.jobs_received = 1
-        self._more: list[gevent.Greenlet] = []
-        self._more_dispatched = 0
         self._share_sent = False
-        self._my_clock = clock_offset()
         #: the web UI's LLM tab (master or local runner with a web UI)
         self.tab: Any = None
         #: --prometheus-port's live metrics (master or local runner; llmload.exporter.wiring.locust_exporter)
@@ -309,37 +290,6 @@ class LocustRun(ClusterRole, RunState):
     def _on_dispatch(self, request: Scheduled) -> None:
         if self.shipper is not None:
             self.shipper.dispatched(request.index)  # the master re-assigns only what was not released
-
-    def take_part(self, job: Job) -> None:
-        """A later part of this worker's share (:mod:`llmload.core.parts`): into its open loop's feed, or kept
-        until the test starts; none is open (the test stopped): not sent."""
-        if self.feed is None:
-            if self.dispatcher is None:
-                self.early_parts.append(job)
-            return
-        from llmload.core.messages import job_requests
-
-        part = job_requests(job.items)
-        self.parts_planned += request_count(part)
-        self.feed.add(part, job.more)
-
-    def add_requests(self, requests: list[Scheduled]) -> None:
-        """Send ``requests`` too, on this run's clock (a lost worker's unsent requests: most are overdue, and
-        go out at once). The share is finished again only when they are answered."""
-        if isinstance(self.share, list):
-            self.share.extend(requests)
-        else:
-            self.share = [*self.share, *requests]
-        self.finished = False
-        self._more.append(gevent.spawn(self._dispatch_more, requests))
-
-    def _dispatch_more(self, requests: list[Scheduled]) -> None:
-        tally = run_open_loop(requests, self.sender_for, self.sink, control=self.control, start_at=self.start,
-                              on_dispatch=self._on_dispatch)
-        self._more_dispatched += tally.dispatched
-        self._more.remove(gevent.getcurrent())
-        if self._share_sent and not self._more and not self.control.stop.is_set():
-            self._share_done()
 
     def user_step(self, user: Any) -> None:
         """A Locust user's task: closed loop, stream the next request; open loop, idle (the dispatcher sends)."""
