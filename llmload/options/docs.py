@@ -46,7 +46,10 @@ refuse to run without the compiled one, one line and exit 2; see [performance.md
 `LLMLOAD_NO_EXTENSIONS=1` at install time skips building the compiled reader. `LLMLOAD_SPILL_AFTER=N`: the values
 a statistics column keeps in memory before it moves them to a temporary file (default 65,536; 0: every value to
 disk; the percentiles stay exact either way, see [reliability.md](reliability.md), "Records journal"); anything but a
-whole number is one line and exit 2 before the first request.
+whole number is one line and exit 2 before the first request. `LLMLOAD_PART_S=S`: the seconds of the schedule each
+part of a worker's share covers (default 30; a distributed open loop sends each part 15 s, at most half a part,
+before it is due: [design.md](design.md), "A long run's share in parts"); anything but a number > 0 is one line and
+exit 2 before the first request.
 """
 
 

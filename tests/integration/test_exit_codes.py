@@ -228,14 +228,15 @@ def test_an_unknown_reader_exits_2_before_any_request(counting_server: CountingS
     assert counting_server.count() == 0, f"a request reached the server\n{run.describe()}"
 
 
-def test_a_bad_spill_threshold_exits_2_before_any_request(counting_server: CountingServer, child_runner,
-                                                          tmp_path: Path) -> None:
-    """``LLMLOAD_SPILL_AFTER`` that is not a number: one line naming it and exit 2 before anything is sent (not a
-    traceback at the run's first value)."""
+@pytest.mark.parametrize(("variable", "value"), [("LLMLOAD_SPILL_AFTER", "many"), ("LLMLOAD_PART_S", "0")])
+def test_a_bad_spill_threshold_or_part_length_exits_2_before_any_request(
+        counting_server: CountingServer, child_runner, tmp_path: Path, variable: str, value: str) -> None:
+    """``LLMLOAD_SPILL_AFTER`` that is not a number, ``LLMLOAD_PART_S`` that is not > 0: one line naming it and
+    exit 2 before anything is sent (not a traceback at the run's first value or its first part)."""
     run = child_runner.run([*llmload_command(), "bench", "--base-url", counting_server.url, "--model", "m", *SMALL],
-                           env=offline_env({"LLMLOAD_SPILL_AFTER": "many"}), timeout=60, result_dir=tmp_path)
+                           env=offline_env({variable: value}), timeout=60, result_dir=tmp_path)
     assert run.returncode == 2, run.describe()
-    _assert_one_error(run, mentions="LLMLOAD_SPILL_AFTER='many'")
+    _assert_one_error(run, mentions=f"{variable}={value!r}")
     assert counting_server.count() == 0, f"a request reached the server\n{run.describe()}"
 
 
