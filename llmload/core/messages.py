@@ -81,9 +81,11 @@ def job_items(schedule: Schedule, indices: Sequence[int]) -> list[list[Any]] | d
     # one pool entry per sample object (an oversampled dataset repeats its samples: each travels once)
     slot: dict[int, int] = {}
     pool: list[list[Any]] = []
+    held: list[SampleRequest] = []  # alive until the end: a sample made when read must not lend its id to the next
     of_position = np.empty(used.size, dtype=np.int32)
     for k, p in enumerate(used.tolist()):
         sample = entries.samples[p]
+        held.append(sample)
         if id(sample) not in slot:
             slot[id(sample)] = len(pool)
             pool.append(sample_item(sample))

@@ -120,3 +120,21 @@ def test_random_samples_are_made_when_read_and_the_same_each_time() -> None:
         tracemalloc.stop()
     # the draws (12 bytes a request), the offsets (8) and working arrays; a prompt each would be ~40 MB
     assert peak < 20 * 2**20, peak
+
+
+def test_a_job_of_samples_made_when_read_carries_each_ones_own_prompt(monkeypatch) -> None:
+    """A worker's job from a random workload made as it is read: each request keeps its own prompt (a made sample
+    is a new object each time; the job's pool must not take one for another that had the same id)."""
+    from llmload.core.messages import job_items, job_requests
+    from llmload.datasets import random_dataset
+    from llmload.tokenizer import load_counting_tokenizer
+
+    monkeypatch.setattr(random_dataset, "MADE_AHEAD_TOKENS", 0)
+    tok = load_counting_tokenizer("builtin")
+    samples = random_dataset.sample_random(tok, 400, 2, input_len=12, output_len=5, range_ratio=0.5)
+    schedule = Schedule.build(ScheduleSpec(request_rate=100.0, seed=2), samples)
+    indices = list(range(1, 400, 2))
+    got = job_requests(job_items(schedule, indices))
+    want = [schedule[i] for i in indices]
+    assert [(r.index, r.request_id, r.sample.prompt, r.sample.prompt_len) for r in got] == [
+        (r.index, r.request_id, r.sample.prompt, r.sample.prompt_len) for r in want]
