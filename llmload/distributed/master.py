@@ -283,10 +283,10 @@ class BenchMaster:
         assert job.parts is not None
         for lo, hi, last in job.parts.due(perf_counter() - job.start):
             for state in self.workers.values():
+                # a lost, leaving or done worker gets its parts too (what was handed away is not in them): one that
+                # was frozen gets the rest and the close when it wakes, with a request due or not; a dead one never
+                # reads them, and a stopped one drops them
                 if not state.feeding:
-                    continue
-                if state.lost or state.leaving or state.done:
-                    state.feeding = False
                     continue
                 sent = state.sent
                 todo = [i for i in state.assigned.between(lo, hi) if i not in sent]

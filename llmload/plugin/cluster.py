@@ -248,8 +248,7 @@ class ClusterRole:
         assert isinstance(self.schedule, Schedule)
         for lo, hi, last in self.parts.due(perf_counter() - self.start):
             for state in self.cluster.values():
-                if not state.feeding or state.lost or state.done:
-                    state.feeding = False
+                if not state.feeding:  # a lost one gets its parts too: one that was frozen reads them on waking
                     continue
                 todo = [i for i in state.assigned.between(lo, hi) if i not in state.sent]
                 state.sent.update(todo)
