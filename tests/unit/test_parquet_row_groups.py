@@ -51,3 +51,25 @@ def test_row_groups_read_back_as_one_dataframe_and_jsonl_do(tmp_path: Path, monk
         assert g.keys() == w.keys()
         assert all(_same(g[k], w[k]) for k in g), [k for k in g if not _same(g[k], w[k])]
         assert all(_same(g[k], p[k]) for k in g), [k for k in g if not _same(g[k], p[k])]
+
+
+def test_a_report_reads_a_parquet_file_a_row_group_at_a_time_as_it_reads_jsonl(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``llmload report``'s reader (report/records.RecordsFile) gives the same records from Parquet row groups,
+    in order or picked out, as from the JSONL file."""
+    import numpy as np
+
+    from llmload.report.records import RecordsFile, RecordsView
+
+    records = [_record(k) for k in range(1000)]
+    monkeypatch.setattr(records_file, "PARQUET_ROWS", 100)
+    write_records(tmp_path / "groups.parquet", records, "parquet")
+    write_records(tmp_path / "plain.jsonl", records)
+    parquet, jsonl = RecordsFile(tmp_path / "groups.parquet"), RecordsFile(tmp_path / "plain.jsonl")
+    assert len(parquet) == len(jsonl) == 1000
+    picked = np.asarray([0, 99, 100, 101, 350, 999])
+    for got in (list(parquet), list(RecordsView(parquet, picked)), [parquet[int(i)] for i in picked]):
+        want = [r.to_dict() for r in (jsonl if len(got) == 1000 else RecordsView(jsonl, picked))]
+        assert len(got) == len(want)
+        for g, w in zip((r.to_dict() for r in got), want, strict=True):
+            assert all(_same(g[k], w[k]) for k in g), [k for k in g if not _same(g[k], w[k])]
