@@ -19,6 +19,7 @@ bound the backlog), so the run only applies the test to open loops.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -64,45 +65,57 @@ class _Sample:
 
 @dataclass
 class SaturationMonitor:
-    """Collects ``(t, in flight, completed so far, server waiting)`` samples and judges them by ``rule``."""
+    """Takes ``(t, in flight, completed so far, server waiting)`` samples and judges them by ``rule`` as each window
+    closes. It keeps the last ``rule.windows`` windows (their first and last samples) and the first saturated span
+    of each signal found, not every sample: a day-long run's checks cost the same at its end as at its start
+    (issue 37)."""
 
     rule: SaturationRule = field(default_factory=SaturationRule)
     start: float = 0.0
-    samples: list[_Sample] = field(default_factory=list)
+    #: samples taken since ``start``
+    taken: int = 0
+    _recent: deque[tuple[_Sample, _Sample]] = field(default_factory=deque, repr=False)
+    _first: _Sample | None = field(default=None, repr=False)
+    _last: _Sample | None = field(default=None, repr=False)
+    _edge: float | None = field(default=None, repr=False)
+    _found: dict[str, Verdict] = field(default_factory=dict, repr=False)
 
     def add(self, t: float, in_flight: float, completed: float, waiting: float | None = None,
             wait_sum: float = 0.0, wait_count: float = 0.0) -> None:
         """One sample; ``wait_sum``/``wait_count``: cumulative waits to the first token of completed requests."""
-        self.samples.append(_Sample(t, float(in_flight), float(completed), waiting, float(wait_sum),
-                                    float(wait_count)))
+        if t < self.start:
+            return
+        sample = _Sample(t, float(in_flight), float(completed), waiting, float(wait_sum), float(wait_count))
+        self.taken += 1
+        width = self.rule.window_s
+        if self._edge is None:
+            self._edge = self.start + width
+        while t >= self._edge:
+            if self._first is not None and self._last is not None:
+                self._close((self._first, self._last))
+                self._first = self._last  # the next window starts where this one ended
+            self._edge += width
+        if self._first is None:
+            self._first = sample
+        self._last = sample
 
     def verdict(self) -> Verdict:
-        """The test over the samples so far (the first saturated span found, scanning forward)."""
-        windows = self._windows()
-        need = self.rule.windows
-        for signal in ("in_flight", "waiting"):
-            for i in range(len(windows) - need + 1):
-                found = self._judge(windows[i:i + need], signal)
-                if found is not None:
-                    return found
-        return Verdict()
+        """The test over the windows so far: the first saturated span of the client's backlog, else of the
+        server's queue."""
+        return self._found.get("in_flight") or self._found.get("waiting") or Verdict()
 
-    def _windows(self) -> list[tuple[_Sample, _Sample]]:
-        """(first, last) sample of each full window since ``start``."""
-        out: list[tuple[_Sample, _Sample]] = []
-        width = self.rule.window_s
-        current: list[_Sample] = []
-        edge = self.start + width
-        for sample in self.samples:
-            if sample.t < self.start:
-                continue
-            while sample.t >= edge:
-                if current:
-                    out.append((current[0], current[-1]))
-                current = [current[-1]] if current else []
-                edge += width
-            current.append(sample)
-        return out
+    def _close(self, window: tuple[_Sample, _Sample]) -> None:
+        """A full window: judge the span of the last ``rule.windows`` ones for each signal not yet found."""
+        self._recent.append(window)
+        need = self.rule.windows
+        while len(self._recent) > need:
+            self._recent.popleft()
+        if len(self._recent) < need:
+            return
+        span = list(self._recent)
+        for signal in ("in_flight", "waiting"):
+            if signal not in self._found and (found := self._judge(span, signal)) is not None:
+                self._found[signal] = found
 
     def _judge(self, span: Sequence[tuple[_Sample, _Sample]], signal: str) -> Verdict | None:
         def backlog(s: _Sample) -> float | None:

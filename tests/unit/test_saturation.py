@@ -144,3 +144,47 @@ def test_the_observer_only_reports_without_stop_on_saturation():
     assert not stop.is_set() and not observed.stopped_on_saturation
     assert observed.saturation is not None and observed.saturation.saturated
     assert "server_metrics" not in observed.result_keys()
+
+
+def _every_span_verdict(rule: SaturationRule, start: float, samples: list[tuple]) -> tuple:
+    """The test as a whole-run scan (what the monitor did before it judged windows as they closed): every window
+    from every sample, every span of ``rule.windows`` of them, the client's backlog first."""
+    from llmload.core.saturation import _Sample
+
+    windows, current, edge = [], [], start + rule.window_s
+    for sample in (_Sample(*s) for s in samples if s[0] >= start):
+        while sample.t >= edge:
+            if current:
+                windows.append((current[0], current[-1]))
+            current = [current[-1]] if current else []
+            edge += rule.window_s
+        current.append(sample)
+    judge = SaturationMonitor(rule, start=start)
+    for signal in ("in_flight", "waiting"):
+        for i in range(len(windows) - rule.windows + 1):
+            found = judge._judge(windows[i:i + rule.windows], signal)
+            if found is not None:
+                return found.saturated, found.since_s, found.signal
+    return False, None, ""
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_judging_windows_as_they_close_finds_what_a_whole_run_scan_finds(seed: int) -> None:
+    """Issue 37: the monitor keeps the last windows, not every sample; it must find the same span a scan of every
+    sample finds, on backlogs that grow, stall and recover at random."""
+    rng = np.random.default_rng(seed)
+    samples, backlog, done, wait_sum, waiting = [], 5.0, 0.0, 0.0, 3.0
+    for k in range(400):
+        t = 100.0 + k * 0.5 + rng.uniform(0, 0.2)
+        grows = (k // 60) % 2 and seed % 3 == 0  # some runs saturate at the client, some at the server, some never
+        backlog = max(0.0, backlog + rng.normal(0.6 if grows else -0.1, 1.0))
+        waiting = max(0.0, waiting + rng.normal(0.5 if seed % 3 == 1 else -0.1, 0.8))
+        finished = rng.poisson(2.0)
+        done += finished
+        wait_sum += finished * (0.05 + backlog / 40.0)
+        samples.append((t, backlog, done, waiting if seed % 3 != 2 or seed % 2 else None, wait_sum, done))
+    monitor = SaturationMonitor(RULE, start=100.0)
+    for sample in samples:
+        monitor.add(*sample)
+    got = monitor.verdict()
+    assert (got.saturated, got.since_s, got.signal) == _every_span_verdict(RULE, 100.0, samples)
