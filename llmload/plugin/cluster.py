@@ -234,6 +234,7 @@ class ClusterRole:
                 assert isinstance(self.schedule, Schedule)
                 for survivor, part in parts:
                     self.reassigned.update(part)
+                    survivor.sent.update(part)  # its later parts leave them out
                     self.jobs[survivor.client_id] = self.jobs.get(survivor.client_id, 1) + 1
                     self._finished_workers.discard(survivor.client_id)
                     job = Job(job_items(self.schedule, part), self._start_wall, first=False)
