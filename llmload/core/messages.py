@@ -153,7 +153,7 @@ class JobRequests(MadeOnRead):
         uses = np.bincount(self._sample, minlength=len(self._pool))
         return int(sum(int(n) * turns(s) for n, s in zip(uses.tolist(), self._pool, strict=True)))
 
-    def _entry(self, k: int) -> Scheduled:
+    def _made(self, k: int) -> Scheduled:
         sample = self._pool[int(self._sample[k])]
         index, repeat = int(self._index[k]), int(self._repeat[k])
         rid = repeat_id(sample.request_id or str(index % self._cycle), repeat)

@@ -15,11 +15,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, overload
+from typing import Any
 
 import numpy as np
 
 from llmload.common.errors import ConfigError
+from llmload.common.onread import OnRead
 from llmload.datasets.base import SampleRequest, SamplesOnRead
 
 #: the request id of the one request ``llmload bench`` sends before the run (never one of the run's ids); the
@@ -147,27 +148,9 @@ class RequestIds:
         return repeat_id(self.base(position), k)
 
 
-class MadeOnRead(Sequence[Scheduled]):
-    """Requests each made when it is read (:meth:`_entry`), not held: a schedule's (:class:`ScheduleEntries`) and a
-    worker's compact job (:class:`~llmload.core.messages.JobRequests`)."""
-
-    def __len__(self) -> int:
-        raise NotImplementedError
-
-    def _entry(self, i: int) -> Scheduled:
-        raise NotImplementedError
-
-    @overload
-    def __getitem__(self, index: int) -> Scheduled: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[Scheduled]: ...
-    def __getitem__(self, index: int | slice) -> Scheduled | list[Scheduled]:
-        if isinstance(index, slice):
-            return [self._entry(i) for i in range(*index.indices(len(self)))]
-        return self._entry(range(len(self))[index])  # negative indices, and IndexError past the end
-
-    def __iter__(self) -> Iterator[Scheduled]:
-        return (self._entry(i) for i in range(len(self)))
+class MadeOnRead(OnRead[Scheduled]):
+    """Requests each made when it is read, not held: a schedule's (:class:`ScheduleEntries`) and a worker's compact
+    job (:class:`~llmload.core.messages.JobRequests`)."""
 
 
 class ScheduleEntries(MadeOnRead):
@@ -185,7 +168,7 @@ class ScheduleEntries(MadeOnRead):
     def __len__(self) -> int:
         return int(self.offsets.size)
 
-    def _entry(self, i: int) -> Scheduled:
+    def _made(self, i: int) -> Scheduled:
         name = self.class_names[int(self.class_picks[i])] if self.class_picks is not None else self.class_names[0]
         return Scheduled(i, float(self.offsets[i]), self.samples[i % len(self.samples)], self.ids(i), name)
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, overload
+from typing import Any, Protocol
 
 from llmload.common.errors import DatasetError
+from llmload.common.onread import OnReadByValue
 
 
 @dataclass
@@ -63,7 +64,7 @@ class SampleRequest:
     stream: bool | None = None
 
 
-class SamplesOnRead(Sequence[SampleRequest]):
+class SamplesOnRead(OnReadByValue[SampleRequest]):
     """A dataset's single requests, each made when it is read (:meth:`_made`), not held: a run of millions of
     requests keeps a few numbers a request (issue 37). Such samples are single requests (no turns, sessions or
     trace caches) with distinct ids, :meth:`request_id`, known without making them. Equal to a list holding
@@ -77,25 +78,6 @@ class SamplesOnRead(Sequence[SampleRequest]):
 
     def request_id(self, i: int) -> str:
         return self._made(i).request_id
-
-    @overload
-    def __getitem__(self, index: int) -> SampleRequest: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[SampleRequest]: ...
-    def __getitem__(self, index: int | slice) -> SampleRequest | list[SampleRequest]:
-        if isinstance(index, slice):
-            return [self._made(i) for i in range(*index.indices(len(self)))]
-        return self._made(range(len(self))[index])  # negative indices, and IndexError past the end
-
-    def __iter__(self) -> Iterator[SampleRequest]:
-        return (self._made(i) for i in range(len(self)))
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence) or isinstance(other, str):
-            return NotImplemented
-        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-
-    __hash__ = None  # type: ignore[assignment]  # compared by value, like the list it stands for
 
 
 class Tokenizer(Protocol):

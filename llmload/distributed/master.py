@@ -4,7 +4,7 @@ worker's share (:class:`WorkerState`, :func:`hand_over`) serves ``locust -f``'s 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
@@ -113,6 +113,22 @@ def hand_over(state: WorkerState, todo: list[int], workers: Iterable[WorkerState
             survivor.done = False
             parts.append((survivor, part))
     return parts
+
+
+def due_parts(parts: RunParts, elapsed: float, workers: Iterable[WorkerState]
+              ) -> Iterator[tuple[WorkerState, list[int], bool]]:
+    """The parts whose time has come, ``elapsed`` seconds into the run (:mod:`llmload.core.parts`), for each worker
+    whose share comes in parts: ``(worker, its indices in the part not yet sent to it, more parts follow)``; the
+    caller sends them (and counts them as sent). The one rule of both masters. A lost, leaving or done worker gets
+    its parts too (what was handed away is not in them): one that was frozen gets the rest and the close when it
+    wakes, with a request due or not; a dead one never reads them, and a stopped one drops them."""
+    workers = list(workers)
+    for lo, hi, last in parts.due(elapsed):
+        for state in workers:
+            if state.feeding:
+                todo = [i for i in state.assigned.between(lo, hi) if i not in state.sent]
+                state.feeding = not last
+                yield state, todo, not last
 
 
 @dataclass
@@ -281,17 +297,8 @@ class BenchMaster:
         """The parts of each worker's share whose time has come (:mod:`llmload.distributed.parts`); what it was
         given already (a lost worker's requests, a newcomer's) is left out."""
         assert job.parts is not None
-        for lo, hi, last in job.parts.due(perf_counter() - job.start):
-            for state in self.workers.values():
-                # a lost, leaving or done worker gets its parts too (what was handed away is not in them): one that
-                # was frozen gets the rest and the close when it wakes, with a request due or not; a dead one never
-                # reads them, and a stopped one drops them
-                if not state.feeding:
-                    continue
-                sent = state.sent
-                todo = [i for i in state.assigned.between(lo, hi) if i not in sent]
-                self._send_job(state, todo, job, None, follows=True, more=not last)
-                state.feeding = not last
+        for state, todo, more in due_parts(job.parts, perf_counter() - job.start, self.workers.values()):
+            self._send_job(state, todo, job, None, follows=True, more=more)
 
     def _broadcast_stop(self, force: bool) -> None:
         for cid in self.workers:

@@ -41,7 +41,7 @@ from llmload.core.protocol import (
 )
 from llmload.core.schedule import IndexLookup, LiveSchedule, Schedule, Scheduled
 from llmload.distributed.indices import IndexSet
-from llmload.distributed.master import WorkerState, alive_workers, lose_worker
+from llmload.distributed.master import WorkerState, alive_workers, due_parts, lose_worker
 from llmload.plugin.console import tell
 
 #: how long past ``--stop-timeout`` the master waits for the workers' final batches
@@ -247,15 +247,10 @@ class ClusterRole:
         if self.parts is None:
             return
         assert isinstance(self.schedule, Schedule)
-        for lo, hi, last in self.parts.due(perf_counter() - self.start):
-            for state in self.cluster.values():
-                if not state.feeding:  # a lost one gets its parts too: one that was frozen reads them on waking
-                    continue
-                todo = [i for i in state.assigned.between(lo, hi) if i not in state.sent]
-                state.sent.update(todo)
-                job = Job(job_items(self.schedule, todo), self._start_wall, first=False, more=not last, follows=True)
-                self.runner.send_message(protocol.JOB, job.data(), client_id=state.client_id)
-                state.feeding = not last
+        for state, todo, more in due_parts(self.parts, perf_counter() - self.start, self.cluster.values()):
+            state.sent.update(todo)
+            job = Job(job_items(self.schedule, todo), self._start_wall, first=False, more=more, follows=True)
+            self.runner.send_message(protocol.JOB, job.data(), client_id=state.client_id)
 
     def _maybe_finish(self) -> None:
         """Headless: every worker still there finished every job it was given: end the test."""

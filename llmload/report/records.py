@@ -18,7 +18,7 @@ import math
 from array import array
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
 import numpy as np
 import orjson
@@ -26,6 +26,7 @@ import orjson
 from llmload.client.records import RequestRecord
 from llmload.client.records.file import record_from_row
 from llmload.common.errors import DatasetError
+from llmload.common.onread import OnRead
 
 #: bytes read at once while the file is scanned
 SCAN_BYTES = 8 << 20
@@ -33,7 +34,7 @@ SCAN_BYTES = 8 << 20
 READ_BATCH = 4096
 
 
-class RecordsFile(Sequence[RequestRecord]):
+class RecordsFile(OnRead[RequestRecord]):
     """The records of one file (``.jsonl`` or ``.parquet``), each decoded when it is read."""
 
     def __init__(self, path: Path, *, last_wins: bool = False) -> None:
@@ -54,14 +55,8 @@ class RecordsFile(Sequence[RequestRecord]):
     def __len__(self) -> int:
         return int(self._rows.size)
 
-    @overload
-    def __getitem__(self, index: int) -> RequestRecord: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[RequestRecord]: ...
-    def __getitem__(self, index: int | slice) -> RequestRecord | list[RequestRecord]:
-        if isinstance(index, slice):
-            return list(self.at(np.arange(len(self))[index]))
-        return next(iter(self.at(np.asarray([range(len(self))[index]]))))
+    def _made(self, i: int) -> RequestRecord:
+        return next(self.at(np.asarray([i])))
 
     def __iter__(self) -> Iterator[RequestRecord]:
         return self.at(np.arange(len(self)))
@@ -178,7 +173,7 @@ def records_span(records: Iterable[RequestRecord]) -> tuple[float, float] | None
     return (lo, hi) if lo <= hi else None
 
 
-class RecordsView(Sequence[RequestRecord]):
+class RecordsView(OnRead[RequestRecord]):
     """Some of a run's records (its completed ones, its failed ones) by position, read when iterated."""
 
     def __init__(self, records: Sequence[RequestRecord], positions: np.ndarray) -> None:
@@ -188,14 +183,8 @@ class RecordsView(Sequence[RequestRecord]):
     def __len__(self) -> int:
         return int(self._positions.size)
 
-    @overload
-    def __getitem__(self, index: int) -> RequestRecord: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[RequestRecord]: ...
-    def __getitem__(self, index: int | slice) -> RequestRecord | list[RequestRecord]:
-        if isinstance(index, slice):
-            return [self._records[int(p)] for p in self._positions[index]]
-        return self._records[int(self._positions[index])]
+    def _made(self, i: int) -> RequestRecord:
+        return self._records[int(self._positions[i])]
 
     def __iter__(self) -> Iterator[RequestRecord]:
         if isinstance(self._records, RecordsFile):

@@ -15,17 +15,17 @@ import os
 import tempfile
 import time
 from array import array
-from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import IO, overload
+from typing import IO
 
 import orjson
 
+from llmload.common.onread import OnReadByValue
 from llmload.servermetrics.snapshot import Snapshot
 from llmload.servermetrics.store import decode_line, encode_line
 
 
-class SnapshotLog(Sequence[Snapshot]):
+class SnapshotLog(OnReadByValue[Snapshot]):
     """Scrapes in the order taken: ``append``, ``len``, indexing (the last one held whole), ``slim``, ``save``."""
 
     def __init__(self, clock_offset: float | None = None) -> None:
@@ -57,29 +57,12 @@ class SnapshotLog(Sequence[Snapshot]):
     def __len__(self) -> int:
         return self._size
 
-    @overload
-    def __getitem__(self, index: int) -> Snapshot: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[Snapshot]: ...
-    def __getitem__(self, index: int | slice) -> Snapshot | list[Snapshot]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self._size))]
-        i = range(self._size)[index]  # negative indices, and IndexError past the end
+    def _made(self, i: int) -> Snapshot:
         if self._file is None:
             return self._held[i]
         if i == self._size - 1 and self._latest is not None:
             return self._latest
         return self._read(i, slim=False)
-
-    def __iter__(self) -> Iterator[Snapshot]:
-        return (self[i] for i in range(self._size))
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence) or isinstance(other, str):
-            return NotImplemented
-        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-
-    __hash__ = None  # type: ignore[assignment]  # compared by value, like the list it stands for
 
     def slim(self) -> list[Snapshot]:
         """Every scrape without its histograms and raw samples (what a summary reads: ~1 KB each)."""

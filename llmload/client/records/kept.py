@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, overload
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 import orjson
 
 from llmload.client.records.record import RequestRecord
+from llmload.common.onread import OnRead
 from llmload.metrics.spill import Chunked, SpillColumn
 
 if TYPE_CHECKING:
@@ -212,7 +213,7 @@ def _ascending(values: np.ndarray, positions: np.ndarray) -> bool:
     return True
 
 
-class JournalRecords(Sequence[RequestRecord]):
+class JournalRecords(OnRead[RequestRecord]):
     """Records read back from a run's journal when asked for, in a fixed order; each read decodes a new
     :class:`RequestRecord` (changing one changes nothing kept: ``fix`` is how a run's end amends them)."""
 
@@ -227,14 +228,8 @@ class JournalRecords(Sequence[RequestRecord]):
     def __len__(self) -> int:
         return int(self._positions.size)
 
-    @overload
-    def __getitem__(self, index: int) -> RequestRecord: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[RequestRecord]: ...
-    def __getitem__(self, index: int | slice) -> RequestRecord | list[RequestRecord]:
-        if isinstance(index, slice):
-            return [self._read(int(p)) for p in self._positions[index]]
-        return self._read(int(self._positions[index]))
+    def _made(self, i: int) -> RequestRecord:
+        return self._read(int(self._positions[i]))
 
     def __iter__(self) -> Iterator[RequestRecord]:
         for lo in range(0, self._positions.size, READ_BATCH):
