@@ -219,6 +219,9 @@ class StreamReader:
     def _finish_whole(self, resp: Response) -> None:
         record = self.record
         t = resp.lines[-1][0] if resp.lines else perf_counter()
+        if self.backend.pooling:
+            self._finish_pooling(resp, t)
+            return
         try:
             text, completion_tokens, prompt_tokens = self.backend.parse_response(resp.body)
         except Exception as exc:
@@ -238,6 +241,20 @@ class StreamReader:
             record.output_tokens_source = "usage"
         else:
             record.output_tokens_source = "pending"
+        record.success = True
+
+    def _finish_pooling(self, resp: Response, t: float) -> None:
+        """A pooling answer: its end (the last read) ends the E2E latency; no first token, nothing generated."""
+        record = self.record
+        try:
+            record.server_prompt_tokens = self.backend.parse_pooling(resp.body)
+        except Exception as exc:
+            record.failure_kind, record.error = event_failure(resp.body, one_line(str(exc)))
+            return
+        record.chunk_times.append(t)
+        record.chunk_tokens.append(0)
+        record.output_tokens = 0
+        record.output_tokens_source = "usage"
         record.success = True
 
     def fail_transport(self, exc: TransportError) -> None:

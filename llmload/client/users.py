@@ -160,13 +160,18 @@ class LLMUser(User):
         sample = request.sample if isinstance(request, Scheduled) else request
         if record is None:
             record = self.new_record(request, intended_send)
+        images, inputs = getattr(sample, "images", None), getattr(sample, "inputs", None)
         body = self.dialect.build_body(sample.prompt, sample.expected_output_len, model=record.model or self.model,
                                         ignore_eos=self.ignore_eos, extra=self.extra_body or None,
-                                        messages=getattr(sample, "messages", None))
+                                        messages=getattr(sample, "messages", None), images=images, inputs=inputs)
+        if images:
+            record.images, record.image_bytes = len(images), sum(map(len, images))
+        if self.dialect.pooling:
+            record.input_sequences = pooled_inputs(self.dialect.name, inputs)
         if getattr(sample, "stream", None) is False:  # a trace's non-streamed call
             body["stream"] = False
             body.pop("stream_options", None)
-        streaming = bool(body.get("stream", True))
+        streaming = bool(body.get("stream", self.dialect.streams))
         reader = StreamReader(record, streaming, self.dialect, ttft_rule=self.ttft_rule, reactor=self.pool.reactor,
                               hooks=llm_events, user=self, network_timeout=self.network_timeout,
                               request_timeout=self.request_timeout)
@@ -233,6 +238,8 @@ class LLMUser(User):
             record.error = one_line(f"{type(exc).__name__}: {exc}")
             record.failure_kind = CLIENT_ERROR
             return exc
+        if record.images or record.input_sequences:
+            record.send_s = resp.sent_at - record.start
         reader.finish(resp)
         return None
 
@@ -262,6 +269,16 @@ class LLMUser(User):
         if tpot is not None:
             fire(request_type="LLM", name="TPOT", response_time=tpot * 1000.0, response_length=0, exception=None,
                  context={})
+
+
+def pooled_inputs(backend: str, inputs: list[str] | None) -> int:
+    """vLLM's ``num_input_sequences`` of a pooling request: a rerank's documents, an embeddings batch's prompts
+    (1 for a single prompt; the chat form is one conversation)."""
+    if backend == "vllm-rerank":
+        return len(inputs) - 1 if inputs else 0
+    if backend == "openai-embeddings-chat" or not inputs:
+        return 1
+    return len(inputs)
 
 
 class CompletionsUser(LLMUser):

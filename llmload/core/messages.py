@@ -5,10 +5,11 @@
 timeline (:func:`shift_record`). docs/design.md, "Distributed protocol", lists every message.
 
 Requests travel the other way as job items, ``[index, offset, prompt, prompt_len, output_len, request_id,
-user_class, conversation, session]`` (:func:`job_items` / :func:`job_requests`), the same for ``llmload bench`` and
+user_class, conversation, session, media]`` (:func:`job_items` / :func:`job_requests`), the same for ``llmload bench`` and
 ``locust -f``; ``conversation`` is ``{"turns": [[user, user_len, reply, reply_len]...], "system", "system_len"}``
 for a multi-turn sample, else null; ``session`` is an agentic session's
 :meth:`~llmload.datasets.traces.weka_replay.AgentSession.to_dict` (its chains and the text of its blocks), else
+null; ``media`` is ``{"images": [url...], "inputs": [text...]}`` for a sample with images or pooling inputs, else
 null. A conversation or a session travels whole: it stays on one worker.
 """
 
@@ -99,24 +100,28 @@ def job_items(schedule: Schedule, indices: Sequence[int]) -> list[list[Any]] | d
 
 
 def sample_item(s: SampleRequest) -> list[Any]:
-    """What a worker needs of a sample: ``[prompt, prompt_len, output_len, conversation, session, request_id]``."""
+    """What a worker needs of a sample: ``[prompt, prompt_len, output_len, conversation, session, request_id,
+    media]``."""
     conversation = None
     if s.turns is not None:
         conversation = {"turns": [[t.user, t.user_len, t.reply, t.reply_len] for t in s.turns],
                         "system": s.system, "system_len": s.system_len}
     session = s.session.to_dict() if s.session is not None else None
-    return [s.prompt, s.prompt_len, s.expected_output_len, conversation, session, s.request_id]
+    media = {"images": s.images, "inputs": s.inputs} if s.images or s.inputs else None
+    return [s.prompt, s.prompt_len, s.expected_output_len, conversation, session, s.request_id, media]
 
 
 def item(request: Scheduled) -> list[Any]:
-    prompt, prompt_len, output_len, conversation, session, _ = sample_item(request.sample)
+    prompt, prompt_len, output_len, conversation, session, _, media = sample_item(request.sample)
     return [request.index, request.offset, prompt, prompt_len, output_len, request.request_id,
-            request.user_class, conversation, session]
+            request.user_class, conversation, session, media]
 
 
 def _sample(prompt: str, prompt_len: int, output_len: int, request_id: str, conversation: Any,
-            session: Any) -> SampleRequest:
+            session: Any, media: Any = None) -> SampleRequest:
     sample = SampleRequest(prompt=prompt, prompt_len=prompt_len, expected_output_len=output_len, request_id=request_id)
+    if media:
+        sample.images, sample.inputs = media.get("images"), media.get("inputs")
     if conversation:
         sample.turns = [Turn(*t) for t in conversation["turns"]]
         sample.system, sample.system_len = conversation.get("system", ""), conversation.get("system_len", 0)
@@ -134,8 +139,8 @@ class JobRequests(MadeOnRead):
     for its k-th repeat, as :class:`~llmload.core.schedule.RequestIds` made it."""
 
     def __init__(self, job: dict[str, Any]) -> None:
-        self._pool = [_sample(prompt, prompt_len, output_len, own_id, conversation, session)
-                      for prompt, prompt_len, output_len, conversation, session, own_id in job["pool"]]
+        self._pool = [_sample(prompt, prompt_len, output_len, own_id, conversation, session, *media)
+                      for prompt, prompt_len, output_len, conversation, session, own_id, *media in job["pool"]]
         self._cycle = int(job["cycle"])
         self._index = np.frombuffer(job["index"], dtype=np.int64)
         self._offset = np.frombuffer(job["offset"], dtype=np.float64)
@@ -170,6 +175,6 @@ def job_requests(items: list[list[Any]] | dict[str, Any]) -> Sequence[Scheduled]
     for idx, off, prompt, prompt_len, output_len, rid, *rest in items:
         conversation = rest[1] if len(rest) > 1 else None
         session = rest[2] if len(rest) > 2 else None
-        sample = _sample(prompt, prompt_len, output_len, rid, conversation, session)
+        sample = _sample(prompt, prompt_len, output_len, rid, conversation, session, rest[3] if len(rest) > 3 else None)
         out.append(Scheduled(int(idx), float(off), sample, rid, rest[0] if rest else ""))
     return out

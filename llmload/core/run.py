@@ -25,6 +25,7 @@ from llmload.common.errors import DatasetError, LLMLoadError
 from llmload.common.urls import redact_url
 from llmload.core.conversation import ConversationPolicy, request_count
 from llmload.core.dispatch import RequestQueue, StopControl, Tally, run_closed_loop, run_open_loop
+from llmload.core.modalities import check_samples
 from llmload.core.outcome import finish_records
 from llmload.core.schedule import LiveSchedule, Schedule, Scheduled, ScheduleSpec
 from llmload.core.shaping import shaping_from
@@ -115,11 +116,18 @@ class RunConfig:
                    vllm_compat=getattr(options, "vllm_compat", None) or None)
 
 
+def batches_prompts(options: Any) -> bool:
+    """``--num-prompts`` counts prompts (or rerank documents) put several to a request: the dataset gives fewer
+    requests than that, and that is no reason to fill up with repeats."""
+    return option_value(options, "dataset_name") == "random-rerank" or int(option_value(options,
+                                                                                       "random_batch_size")) > 1
+
+
 def oversamples(options: Any) -> bool:
     """Fill a short dataset up to ``--num-prompts`` (today's vLLM's default): not with ``--no-oversample``, a
     trace (its window is the workload) or whole conversations (sampled by their own rules)."""
     return not (getattr(options, "no_oversample", False) or replays_trace(options) or replays_sessions(options)
-                or getattr(options, "multi_turn", False))
+                or getattr(options, "multi_turn", False) or batches_prompts(options))
 
 
 def oversample(samples: Sequence[Any], count: int, seed: int) -> list[Any]:
@@ -138,7 +146,16 @@ def reported_metrics(options: Any, spec: ScheduleSpec) -> tuple[str, ...]:
     limited = bool(getattr(options, "max_concurrency", None))
     applies = {"client_queue_time": limited,
                "e2el_including_client_queue": limited and math.isfinite(spec.request_rate)}
-    return tuple(name for name in options.percentile_metrics if applies.get(name, True))
+    names = tuple(name for name in options.percentile_metrics if applies.get(name, True))
+    if _pooling(options):  # vLLM's pooling runs: E2EL only, the default
+        names = tuple(n for n in names if n not in ("ttft", "tpot", "itl")) or ("e2el",)
+    return names
+
+
+def _pooling(options: Any) -> bool:
+    from llmload.client.backends import get_backend
+
+    return get_backend(option_value(options, "backend")).pooling
 
 
 @dataclass(frozen=True)
@@ -283,6 +300,7 @@ class Run:
                          f"{num_prompts}")
         if not samples:
             raise DatasetError("the dataset gave no usable prompts")
+        check_samples(samples, opts.backend)
         self.workload = Workload(tokenizer, target.tokenizer_id, target.model, samples)
         if reuse := self.workload.result_keys():
             reusable, total = reuse["trace_prefix_reuse_tokens"], reuse["trace_prompt_tokens"]

@@ -9,6 +9,7 @@ from typing import Any
 from llmload.common.choices import SESSION_DATASETS, TRACE_DATASETS
 from llmload.common.errors import ConfigError
 from llmload.core.conversation import ConversationPolicy
+from llmload.core.modalities import check_modalities
 from llmload.core.schedule import ScheduleSpec
 from llmload.core.session import SessionPolicy
 from llmload.datasets.traces.formats import MooncakeKeys
@@ -44,11 +45,18 @@ def dataset_options(options: Any) -> dict[str, Any]:
                 "suffix_len": _opt(options, "prefix_repetition_suffix_len"),
                 "num_prefixes": _opt(options, "prefix_repetition_num_prefixes"),
                 "output_len": fixed or _opt(options, "prefix_repetition_output_len"), "shuffle": _shuffles(options)}
-    if name == "random":
+    if name in ("random", "random-mm"):
+        out = {"input_len": getattr(options, "input_len", None) or _opt(options, "random_input_len"),
+               "output_len": fixed or _opt(options, "random_output_len"),
+               "range_ratio": _opt(options, "random_range_ratio"),
+               "prefix_len": _opt(options, "random_prefix_len")}
+        if name == "random":
+            return {**out, "batch_size": int(_opt(options, "random_batch_size"))}
+        return {**out, "mm": multimodal_spec(options)}
+    if name == "random-rerank":
         return {"input_len": getattr(options, "input_len", None) or _opt(options, "random_input_len"),
-                "output_len": fixed or _opt(options, "random_output_len"),
                 "range_ratio": _opt(options, "random_range_ratio"),
-                "prefix_len": _opt(options, "random_prefix_len")}
+                "batch_size": int(_opt(options, "random_batch_size")), "reranker": not _opt(options, "no_reranker")}
     if name == "sonnet":  # vLLM maps neither --input-len nor --output-len here
         return {"input_len": _opt(options, "sonnet_input_len"), "output_len": _opt(options, "sonnet_output_len"),
                 "prefix_len": _opt(options, "sonnet_prefix_len")}
@@ -71,6 +79,17 @@ def dataset_options(options: Any) -> dict[str, Any]:
     return {"default_output_len": fixed or _opt(options, "custom_output_len")}
 
 
+def multimodal_spec(options: Any) -> Any:
+    """The ``--random-mm-*`` flags as a :class:`~llmload.datasets.random_mm.MultiModalSpec` (vLLM's defaults)."""
+    from llmload.datasets.random_mm import MultiModalSpec
+
+    default = MultiModalSpec()
+    return MultiModalSpec(base_items=int(_opt(options, "random_mm_base_items_per_request")),
+                          items_range_ratio=float(_opt(options, "random_mm_num_mm_items_range_ratio")),
+                          limits=_opt(options, "random_mm_limit_mm_per_prompt") or default.limits,
+                          buckets=_opt(options, "random_mm_bucket_config") or default.buckets)
+
+
 def _shuffles(options: Any) -> bool | None:
     """``--disable-shuffle``: False (keep the file's order); None: the dataset's default (shuffled)."""
     return False if getattr(options, "disable_shuffle", False) else None
@@ -82,9 +101,7 @@ def check_dataset_flags(options: Any) -> None:
     if getattr(options, "chat_template_kwargs", None):
         raise ConfigError("--chat-template-kwargs: llmload applies no client-side chat template; send template "
                           "arguments to the server with --extra-body '{\"chat_template_kwargs\": {...}}'")
-    if int(_opt(options, "random_batch_size")) != 1:
-        raise ConfigError("--random-batch-size batches prompts into one embeddings request; llmload drives "
-                          "generation, one prompt per request: leave it at 1")
+    check_modalities(options)
     if getattr(options, "skip_tokenizer_init", False):
         if _opt(options, "dataset_name") != "custom":
             raise ConfigError("--skip-tokenizer-init works with --dataset-name custom only (the other datasets "

@@ -4,7 +4,8 @@
 
 ``sharegpt`` (vLLM's sampling rules; the synthetic sample when no path is given; with ``multi_turn``
 whole conversations, :mod:`llmload.datasets.conversations`), ``random`` (vLLM's RandomDataset),
-``prefix_repetition`` (vLLM's PrefixRepetitionRandomDataset), ``custom`` (JSONL), vLLM's ``sonnet``,
+``random-mm`` (random images too, :mod:`llmload.datasets.random_mm`), ``random-rerank`` (a query and documents a
+request, :mod:`llmload.datasets.pooling`), ``prefix_repetition`` (vLLM's PrefixRepetitionRandomDataset), ``custom`` (JSONL), vLLM's ``sonnet``,
 ``burstgpt`` and ``spec_bench``, and ``trace`` (replay of
 an Azure / BurstGPT / JSONL trace; each sample carries its send offset in ``arrival_s``), and ``weka_trace``
 (agentic sessions from WEKA / Claude Code traces, one sample a session:
@@ -32,7 +33,7 @@ from llmload.datasets.spec_bench import sample_spec_bench
 from llmload.datasets.traces import TRACE_FORMATS, sample_trace
 from llmload.datasets.traces.blocks import default_mooncake_path
 
-DATASET_NAMES = ("sharegpt", "random", "prefix_repetition", "custom", "sonnet", "burstgpt", "spec_bench", "hf",
+DATASET_NAMES = ("sharegpt", "random", "random-mm", "random-rerank", "prefix_repetition", "custom", "sonnet", "burstgpt", "spec_bench", "hf",
                  *TRACE_DATASETS, *SESSION_DATASETS)
 
 __all__ = [
@@ -61,7 +62,8 @@ def load_samples(
     seed: int = 0,
     **options: Any,
 ) -> Sequence[SampleRequest]:
-    """Build the workload for ``--dataset-name`` (``random``'s prompts are made when read).
+    """Build the workload for ``--dataset-name`` (``random``'s prompts are made when read). Long on purpose: one
+    table of which options each dataset takes, and one dispatch.
 
     Options: sharegpt ``fixed_output_len``, ``multi_turn`` (whole conversations), ``max_turns`` and
     ``system_prompt_len`` (both only with ``multi_turn``); random ``input_len``, ``output_len``,
@@ -75,7 +77,9 @@ def load_samples(
     options = {k: v for k, v in options.items() if v is not None}
     allowed = {
         "sharegpt": {"fixed_output_len", "multi_turn", "max_turns", "system_prompt_len", "shuffle"},
-        "random": {"input_len", "output_len", "range_ratio", "prefix_len"},
+        "random": {"input_len", "output_len", "range_ratio", "prefix_len", "batch_size"},
+        "random-mm": {"input_len", "output_len", "range_ratio", "prefix_len", "mm"},
+        "random-rerank": {"input_len", "range_ratio", "batch_size", "reranker"},
         "prefix_repetition": {"prefix_len", "suffix_len", "num_prefixes", "output_len", "shuffle"},
         "custom": {"default_output_len"},
         "sonnet": {"input_len", "output_len", "prefix_len"},
@@ -100,8 +104,8 @@ def load_samples(
     if dataset_name == "sharegpt":
         path = dataset_path if dataset_path is not None else default_sharegpt_path()
         return _sharegpt(path, tokenizer, num_prompts, seed, options)
-    if dataset_name == "random":
-        return sample_random(tokenizer, num_prompts, seed, **options)
+    if dataset_name.startswith("random"):
+        return _random(dataset_name, tokenizer, num_prompts, seed, options)
     if dataset_name == "prefix_repetition":
         return sample_prefix_repetition(tokenizer, num_prompts, seed, **options)
     if dataset_name in SESSION_DATASETS:
@@ -113,6 +117,27 @@ def load_samples(
             )
         return sample_trace(dataset_path, tokenizer, num_prompts, seed, **options)
     return _from_file(dataset_name, dataset_path, tokenizer, num_prompts, seed, options)
+
+
+def _random(dataset_name: str, tokenizer: Tokenizer, num_prompts: int | None, seed: int,
+            options: dict[str, Any]) -> Sequence[SampleRequest]:
+    """``random`` (batched into embeddings requests with ``batch_size``), ``random-mm`` and ``random-rerank``."""
+    n = num_prompts if num_prompts is not None else 1000
+    if dataset_name == "random-mm":
+        from llmload.datasets.random_mm import sample_random_mm
+
+        return sample_random_mm(tokenizer, n, seed, **options)
+    if dataset_name == "random-rerank":
+        from llmload.datasets.pooling import sample_random_rerank
+
+        return sample_random_rerank(tokenizer, n, seed, **options)
+    batch_size = int(options.pop("batch_size", 1))
+    samples = sample_random(tokenizer, n, seed, **options)
+    if batch_size == 1:
+        return samples
+    from llmload.datasets.pooling import batched
+
+    return batched(samples, batch_size)
 
 
 def _sessions(dataset_path: str | Path | None, tokenizer: Tokenizer, num_prompts: int | None, seed: int,

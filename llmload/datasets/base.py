@@ -62,6 +62,12 @@ class SampleRequest:
     session: Any = None
     #: False: send this request without streaming (a trace's ``n`` call); None: the dialect's default
     stream: bool | None = None
+    #: images sent with the prompt, as the URLs that go into the request: ``data:`` URLs (made or read here) or
+    #: remote URLs passed through; chat dialects send them after the text of the user message (None: no image)
+    images: list[str] | None = None
+    #: a pooling request's texts (vLLM's list prompt): an embeddings batch (``--random-batch-size``), or a rerank's
+    #: query followed by its documents (``random-rerank``); None: ``prompt`` alone
+    inputs: list[str] | None = None
 
 
 class SamplesOnRead(OnReadByValue[SampleRequest]):

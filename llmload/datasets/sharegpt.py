@@ -185,12 +185,27 @@ def sample_sharegpt(
             expected_output_len=chosen.output_len,
             conversation=chosen.entry["conversations"],
             request_id=request_id(chosen),
+            images=entry_images(chosen.entry, Path(path).parent),
         )
         for chosen in islice(selected, num_prompts)
     ]
     if not out and num_prompts > 0:
         raise DatasetError(f"{path}: no conversation passes the ShareGPT length filters")
     return out
+
+
+def entry_images(entry: dict[str, Any], base: Path) -> list[str] | None:
+    """A ShareGPT-4V entry's ``image`` (one path or URL, or a list), as request URLs (local files relative to the
+    dataset's folder, :func:`~llmload.datasets.images.image_url`); None for an entry without one."""
+    given = entry.get("image")
+    if given is None:
+        return None
+    from llmload.datasets.images import image_url
+
+    sources = given if isinstance(given, list) else [given]
+    if not all(isinstance(s, str) and s for s in sources):
+        raise DatasetError(f"entry {entry.get('id', '?')}: 'image' must be a path or URL (or a list of them)")
+    return [image_url(s, base) for s in sources]
 
 
 def request_id(chosen: Selected) -> str:

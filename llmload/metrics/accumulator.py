@@ -284,6 +284,10 @@ def _metrics(groups: Sequence[_Group], tally: Tally, ask: _Ask, lags_s: Sequence
         tool_calls=tally.tool_calls or None, tool_call_answers=tally.tool_call_answers,
         client_queue={k: Distribution.of(_exact(groups, k), ask.percentiles) for k in QUEUE_METRICS
                       if k in ask.metrics},
+        pooling=tally.records > 0 and tally.pooling_records == tally.records, input_sequences=tally.input_sequences,
+        images=tally.images, image_bytes=tally.image_bytes, sends=tally.sends,
+        send_mean_ms=1000.0 * tally.send_total / tally.sends if tally.sends else 0.0,
+        send_max_ms=1000.0 * tally.send_max,
     )
 
 

@@ -36,7 +36,8 @@ SENT_KEYS = tuple(k for k, m in METRICS.items() if m.applies_to == SENT)
 #: :class:`Tally`'s plain counters (what :meth:`Tally.merged` adds up)
 _COUNTS = ("records", "completed", "failed", "cut_off", "cancelled", "total_input", "total_input_server",
            "total_output", "server_reported", "prompt_mismatch", "prompt_diff", "structured_checked",
-           "structured_valid", "tool_calls", "tool_call_answers")
+           "structured_valid", "tool_calls", "tool_call_answers", "pooling_records", "images", "image_bytes",
+           "input_sequences", "sends", "send_total")
 
 
 #: a float column grown in chunks, on disk past a size (:mod:`llmload.metrics.spill`)
@@ -77,12 +78,19 @@ class Tally:
         self.structured_checked = self.structured_valid = 0
         #: tool calls in completed answers (``--tools``), and the answers that made at least one
         self.tool_calls = self.tool_call_answers = 0
+        #: requests sent to a pooling endpoint (every outcome); images, their URL bytes and the pooling inputs of
+        #: completed requests; completed requests whose send was timed, their send seconds summed, the longest
+        self.pooling_records = self.images = self.image_bytes = self.input_sequences = 0
+        self.sends = 0
+        self.send_total = self.send_max = 0.0
         self.sources: Counter[str] = Counter()
         self.failures: Counter[str] = Counter()
         self.examples: dict[str, str] = {}
 
     def add(self, r: MeasuredRequest, completed: bool) -> None:
         self.records += 1
+        sequences = getattr(r, "input_sequences", 0)
+        self.pooling_records += sequences > 0
         if not completed:
             if r.cut_off:
                 self.cut_off += 1
@@ -105,6 +113,14 @@ class Tally:
             self.prompt_mismatch += 1
             self.prompt_diff += server - r.prompt_len
         self.sources[r.output_tokens_source] += 1
+        self.input_sequences += sequences
+        if images := getattr(r, "images", 0):
+            self.images += images
+            self.image_bytes += r.image_bytes  # type: ignore[attr-defined]
+        if (send := getattr(r, "send_s", None)) is not None:
+            self.sends += 1
+            self.send_total += send
+            self.send_max = max(self.send_max, send)
         calls = getattr(r, "tool_calls", 0)
         if calls:
             self.tool_calls += calls
@@ -121,6 +137,7 @@ class Tally:
         for t in tallies:
             for name in _COUNTS:
                 setattr(out, name, getattr(out, name) + getattr(t, name))
+            out.send_max = max(out.send_max, t.send_max)
             out.sources.update(t.sources)
             out.failures.update(t.failures)
             for kind, message in t.examples.items():

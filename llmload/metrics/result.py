@@ -103,6 +103,17 @@ class BenchmarkMetrics:
     #: answers with at least one (``tool_calls`` and ``tool_call_answers`` in the result JSON)
     tool_calls: int | None = None
     tool_call_answers: int = 0
+    #: every request went to a pooling endpoint (embeddings, pooling, rerank): vLLM's pooling keys and summary
+    pooling: bool = False
+    #: vLLM's ``total_input_sequences`` (pooling: prompts embedded, documents ranked) over completed requests
+    input_sequences: int = 0
+    #: images sent with completed requests, and the bytes of their URLs
+    images: int = 0
+    image_bytes: int = 0
+    #: completed requests whose send was timed (images or pooling inputs), their mean and longest send (ms)
+    sends: int = 0
+    send_mean_ms: float = 0.0
+    send_max_ms: float = 0.0
 
     def follow_vllm(self, compat: str | None) -> None:
         """Take the meanings of the vLLM the run follows (docs/vllm-compat.md): today's ``vllm bench serve``
@@ -147,6 +158,8 @@ class BenchmarkMetrics:
         """The result JSON: vLLM's keys first (selected metrics only), then llmload's own keys (with
         ``conversations``, ``turns``, ``reasoning``, ``prefix_cache`` when the run has that data), then
         ``by_class`` when the run had more than one user class."""
+        if self.pooling:
+            return self._pooling_result_dict()
         result: dict[str, Any] = {
             "duration": self.duration,
             "completed": self.completed,
@@ -166,10 +179,7 @@ class BenchmarkMetrics:
             result.update(dist.keys(name))
         result.update(self._own_keys())
         result.update(self.tpot_steady.keys("tpot_steady"))
-        result.update(self.queue_time.keys("queue_time", with_max=True))
-        result.update(self.schedule_lag.keys("schedule_lag", with_max=True))
-        result["late_sends"] = self.late_sends
-        result["late_send_threshold_ms"] = self.late_send_threshold_ms
+        self._lag_keys(result)
         if self.conversations is not None:
             result.update(self.conversations.result_keys())
         if self.structured_checked is not None:
@@ -185,6 +195,50 @@ class BenchmarkMetrics:
             result["slice_duration"] = self.slice_duration
             result["slices"] = self.slices
         return result
+
+    def _pooling_result_dict(self) -> dict[str, Any]:
+        """Today's ``vllm bench serve`` keys of a pooling run (no output tokens, TTFT, TPOT or ITL; E2EL when
+        selected, as it is by default there), then llmload's own."""
+        result: dict[str, Any] = {
+            "duration": self.duration,
+            "completed": self.completed,
+            "total_input_tokens": self.total_input,
+            "total_input_sequences": self.input_sequences,
+            "request_throughput": self.request_throughput,
+            "input_sequence_throughput": self.input_sequences / self.duration,
+            "total_token_throughput": self.total_token_throughput,
+        }
+        if "e2el" in self.selected_metrics:
+            result.update(self.e2el.keys("e2el"))
+        for name, dist in self.client_queue.items():
+            result.update(dist.keys(name))
+        result.update(self._own_keys())
+        self._lag_keys(result)
+        if self.by_class:
+            result["by_class"] = {c: m.class_result_dict() for c, m in self.by_class.items()}
+        if self.by_model:
+            result["by_model"] = {name: m.class_result_dict() for name, m in self.by_model.items()}
+        if self.slice_duration:
+            result["slice_duration"] = self.slice_duration
+            result["slices"] = self.slices
+        return result
+
+    def _lag_keys(self, result: dict[str, Any]) -> None:
+        result.update(self.queue_time.keys("queue_time", with_max=True))
+        result.update(self.schedule_lag.keys("schedule_lag", with_max=True))
+        result["late_sends"] = self.late_sends
+        result["late_send_threshold_ms"] = self.late_send_threshold_ms
+
+    def _media_keys(self) -> dict[str, Any]:
+        """Images and send times, where the run had them (a text-only generation run's keys stay as they were)."""
+        out: dict[str, Any] = {}
+        if self.images:
+            out["total_images"] = self.images
+            out["total_image_bytes"] = self.image_bytes
+        if self.sends:
+            out["mean_request_send_ms"] = self.send_mean_ms
+            out["max_request_send_ms"] = self.send_max_ms
+        return out
 
     def _own_keys(self) -> dict[str, Any]:
         return {
@@ -203,6 +257,7 @@ class BenchmarkMetrics:
             "total_input_tokens_dataset": (self.total_input_dataset if self.total_input_dataset is not None
                                            else self.total_input),
             "goodput_slos_ms": self.slos_ms(),
+            **self._media_keys(),
         }
 
     def class_result_dict(self) -> dict[str, Any]:

@@ -152,6 +152,28 @@ def range_ratios(text: str) -> float | tuple[float, float]:
     return pair[0], pair[1]
 
 
+def mm_limits(text: str) -> dict[str, int]:
+    """``--random-mm-limit-mm-per-prompt``: vLLM's JSON ``{"image": N, "video": N}``."""
+    from llmload.common.errors import DatasetError
+    from llmload.datasets.random_mm import parse_limits
+
+    try:
+        return parse_limits(text)
+    except DatasetError as exc:
+        raise ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+
+
+def mm_buckets(text: str) -> dict[tuple[int, int, int], float]:
+    """``--random-mm-bucket-config``: vLLM's Python-literal ``{(H, W, T): probability}``."""
+    from llmload.common.errors import DatasetError
+    from llmload.datasets.random_mm import parse_bucket_config
+
+    try:
+        return parse_bucket_config(text)
+    except DatasetError as exc:
+        raise ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
+
+
 def port(text: str) -> int:
     value = integer(text)
     if not 0 < value < 65536:

@@ -1,6 +1,6 @@
 """The dataset flags of today's ``vllm bench serve`` that are not a dataset's own lengths (``--disable-shuffle``,
 ``--no-oversample``, ``--no-stream``, ``--skip-chat-template``, ``--chat-template-kwargs``,
-``--random-batch-size``, ``--skip-tokenizer-init``): part of the one option table
+``--random-batch-size``, ``--skip-tokenizer-init``) and those of ``random-mm`` and ``random-rerank``: part of the one option table
 (:mod:`llmload.options.table`); checked by :func:`llmload.core.workload.check_dataset_flags`
 (docs/vllm-compat.md)."""
 
@@ -47,8 +47,25 @@ VLLM_DATASET_OPTIONS = (
            "vllm bench serve's client-side template arguments: refused (llmload applies no template; send them "
            "to the server with --extra-body '{\"chat_template_kwargs\": {...}}')", metavar="JSON", web_ui=False),
     Option(("--random-batch-size",), "random_batch_size", BOTH, "workload",
-           "vllm bench serve's prompts per embeddings request: 1 only (llmload drives generation)",
-           type=argtypes.positive_int, default=1),
+           "pooling backends: random prompts per embeddings request, documents per rerank request (default: "
+           "%(default)s)", type=argtypes.positive_int, default=1),
+    Option(("--no-reranker",), "no_reranker", BOTH, "workload",
+           "random-rerank: the model behind /rerank is an embedding model, not a cross-encoder: query and "
+           "documents take --random-input-len each, the query fills one --random-batch-size slot",
+           action="store_true", default=False),
+    Option(("--random-mm-base-items-per-request",), "random_mm_base_items_per_request", BOTH, "workload",
+           "random-mm: images per request, the middle of the range (default: %(default)s)",
+           type=argtypes.non_negative_int, default=1),
+    Option(("--random-mm-num-mm-items-range-ratio",), "random_mm_num_mm_items_range_ratio", BOTH, "workload",
+           "random-mm: images per request are uniform in [floor(n(1-r)), ceil(n(1+r))], r in [0, 1] (default: "
+           "%(default)s)", type=argtypes.number, default=0.0),
+    Option(("--random-mm-limit-mm-per-prompt",), "random_mm_limit_mm_per_prompt", BOTH, "workload",
+           'random-mm: JSON, the most items of each modality a request carries (default: {"image": 255, '
+           '"video": 1})', type=argtypes.mm_limits, metavar="JSON"),
+    Option(("--random-mm-bucket-config",), "random_mm_bucket_config", BOTH, "workload",
+           "random-mm: a Python dict of (height, width, frames) to probability, adding up to 1 (default: "
+           "{(256, 256, 1): 0.5, (720, 1280, 1): 0.5, (720, 1280, 16): 0.0}; frames > 1 is a video: not yet)",
+           type=argtypes.mm_buckets, metavar="DICT"),
     Option(("--skip-tokenizer-init",), "skip_tokenizer_init", BOTH, "workload",
            "vllm bench serve's: no model tokenizer (custom dataset only): lengths are counted with the builtin "
            "tokenizer and input tokens come from the server's usage", action="store_true", default=False),

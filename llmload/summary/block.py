@@ -71,6 +71,8 @@ def format_vllm_block(metrics: BenchmarkMetrics, *, max_concurrency: int | None 
         lines.append(int_line("Maximum request concurrency:", max_concurrency))
     if request_rate is not None and math.isfinite(request_rate):
         lines.append(float_line("Request rate configured (RPS):", request_rate))
+    if m.pooling:
+        return "\n".join(lines + _pooling_lines(m))
     lines += [
         float_line("Benchmark duration (s):", m.duration),
         int_line("Total input tokens:", m.total_input),
@@ -95,6 +97,34 @@ def format_vllm_block(metrics: BenchmarkMetrics, *, max_concurrency: int | None 
     lines += spec_decode_lines(extras or {})
     lines.append("=" * WIDTH)
     return "\n".join(lines)
+
+
+def _pooling_lines(m: BenchmarkMetrics) -> list[str]:
+    """The rest of today's vLLM block for a pooling run: input tokens and throughputs, then E2EL (no output
+    tokens, TTFT, TPOT or ITL)."""
+    lines = [float_line("Benchmark duration (s):", m.duration), int_line("Total input tokens:", m.total_input),
+             float_line("Request throughput (req/s):", m.request_throughput),
+             float_line("Input throughput (inputs/s):", m.input_sequences / m.duration),
+             float_line("Total token throughput (tok/s):", m.total_token_throughput)]
+    if "e2el" in m.selected_metrics:
+        name, title = _SECTIONS["e2el"]
+        lines.append(heading(title, "-"))
+        lines += _distribution_lines(m.e2el, name)
+    lines += queue_lines(m)
+    lines.append("=" * WIDTH)
+    return lines
+
+
+def media_lines(m: BenchmarkMetrics) -> list[str]:
+    """Images sent and how long request bodies took to go out, where the run had them."""
+    lines = []
+    if m.images:
+        lines.append(int_line("Images sent:", m.images))
+        lines.append(float_line("Image bytes sent (MB):", m.image_bytes / 1e6))
+    if m.sends:
+        lines.append(float_line("Mean request send time (ms):", m.send_mean_ms))
+        lines.append(float_line("Max request send time (ms):", m.send_max_ms))
+    return lines
 
 
 def _rate(value: float) -> str:
@@ -135,9 +165,11 @@ def format_llmload_block(
         lines.append(structured_output_line(m))
     if m.tool_calls is not None:
         lines.append(int_line("Tool calls (answers with one):", f"{m.tool_calls} ({m.tool_call_answers})"))
+    lines += media_lines(m)
     lines += failure_lines(m)
-    lines.append(heading("TPOT excl. 1st ITL", "-"))
-    lines += _distribution_lines(m.tpot_steady, "TPOT excl. 1st ITL")
+    if not m.pooling:
+        lines.append(heading("TPOT excl. 1st ITL", "-"))
+        lines += _distribution_lines(m.tpot_steady, "TPOT excl. 1st ITL")
     if m.queue_time.count:
         lines.append(heading("Queue time (send - intended)", "-"))
         lines += _distribution_lines(m.queue_time, "queue time")

@@ -92,7 +92,7 @@ def test_save_detailed_adds_start_times(child_runner, sim) -> None:
     (("--extra-body", "[1]"), "--extra-body: expected a JSON object"),
     (("--header", "NoEquals"), "--header: expected KEY=VALUE"),
     (("--chat-template-kwargs", '{"enable_thinking": false}'), "--chat-template-kwargs: llmload applies no"),
-    (("--random-batch-size", "4"), "--random-batch-size batches prompts into one embeddings request"),
+    (("--random-batch-size", "4"), "--random-batch-size puts several prompts into one pooling request"),
     (("--skip-tokenizer-init",), "--skip-tokenizer-init works with --dataset-name custom only"),
     (("--random-range-ratio", '{"input": 0.5}'), "it must contain 'input' and 'output' keys"),
     (("--random-range-ratio", '{"input": 0.5, "output": 1.5}'), "output_range_ratio must be in [0, 1)"),

@@ -294,6 +294,10 @@ def test_registry() -> None:
         "modular-chat",
         "tgi",
         "tensorrt-llm",
+        "openai-embeddings",
+        "openai-embeddings-chat",
+        "vllm-pooling",
+        "vllm-rerank",
     }
     for name in BACKENDS:
         assert get_backend(name).name == name

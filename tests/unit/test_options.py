@@ -169,7 +169,9 @@ def test_the_brief_s_locust_options_are_shared() -> None:
         --served-model-name --tokenizer --trust-remote-code --dataset-name --temperature --top-p --top-k --min-p
         --frequency-penalty --presence-penalty --repetition-penalty --logprobs --extra-body --header
         --request-id-prefix --response-format --insecure --vllm-compat --disable-shuffle --no-oversample --no-stream
-        --skip-chat-template --chat-template-kwargs --random-batch-size --skip-tokenizer-init --sonnet-input-len
+        --skip-chat-template --chat-template-kwargs --random-batch-size --no-reranker --random-mm-base-items-per-request
+        --random-mm-num-mm-items-range-ratio --random-mm-limit-mm-per-prompt --random-mm-bucket-config
+        --skip-tokenizer-init --sonnet-input-len
         --sonnet-output-len --sonnet-prefix-len --spec-bench-output-len --spec-bench-category --hf-subset --hf-split
         --hf-name --hf-output-len
         --dataset-path --num-prompts --seed --sharegpt-output-len --input-len --output-len --random-input-len --random-output-len

@@ -60,6 +60,19 @@ ACCEPTED = [
     (["--hf-subset", "default"], "hf_subset", "default"),
     (["--hf-name", "philschmid/mt-bench"], "hf_name", "philschmid/mt-bench"),
     (["--hf-output-len", "32"], "hf_output_len", 32),
+    # vLLM's multimodal and pooling benchmarks (docs/multimodal.md), as its docs write them
+    (["--dataset-name", "random-mm", "--random-mm-base-items-per-request", "2"], "random_mm_base_items_per_request",
+     2),
+    (["--random-mm-num-mm-items-range-ratio", "0.5"], "random_mm_num_mm_items_range_ratio", 0.5),
+    (["--random-mm-limit-mm-per-prompt", '{"image": 3, "video": 0}'], "random_mm_limit_mm_per_prompt",
+     {"image": 3, "video": 0}),
+    (["--random-mm-bucket-config", "{(224, 224, 1): 1.0}"], "random_mm_bucket_config", {(224, 224, 1): 1.0}),
+    (["--random-mm-bucket-config", '{"(256, 256, 1)": 0.5, "(720, 1280, 1)": 0.5}'], "random_mm_bucket_config",
+     {(256, 256, 1): 0.5, (720, 1280, 1): 0.5}),
+    (["--backend", "openai-embeddings", "--endpoint", "/v1/embeddings"], "backend", "openai-embeddings"),
+    (["--backend", "vllm-rerank", "--dataset-name", "random-rerank"], "dataset_name", "random-rerank"),
+    (["--random-batch-size", "8"], "random_batch_size", 8),
+    (["--no-reranker"], "no_reranker", True),
 ]
 REFUSED = ["--profile", "--plot-timeline", "--plot-dataset-stats", "--use-beam-search", "--enable-multimodal-chat",
            "--tokenizer-mode"]

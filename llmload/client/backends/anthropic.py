@@ -13,7 +13,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmload.client.backends.base import EMPTY, Backend, StreamEvent, as_int, as_str, decode_response
+from llmload.client.backends.base import (
+    EMPTY,
+    Backend,
+    StreamEvent,
+    as_int,
+    as_str,
+    decode_response,
+    with_parts,
+)
 from llmload.common.errors import EndpointError
 
 #: the API version header Anthropic requires (vLLM and SGLang accept it)
@@ -38,6 +46,14 @@ def _split_system(messages: list[dict]) -> tuple[str, list[dict]]:
     """Anthropic takes the system prompt apart from the messages."""
     system = "\n".join(as_str(m.get("content")) for m in messages if m.get("role") == "system")
     return system, [m for m in messages if m.get("role") != "system"]
+
+
+def _image_block(url: str) -> dict:
+    if url.startswith("data:"):
+        head, _, data = url.partition(",")
+        media_type = head[5:].split(";", 1)[0]
+        return {"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}
+    return {"type": "image", "source": {"type": "url", "url": url}}
 
 
 class AnthropicMessages(Backend):
@@ -66,6 +82,11 @@ class AnthropicMessages(Backend):
         if ignore_eos:
             body["ignore_eos"] = True
         return body
+
+    def add_images(self, body: dict, images: list[str]) -> None:
+        """Anthropic's image blocks after the text: a ``data:`` URL as a ``base64`` source (its media type and
+        data), another URL as a ``url`` source."""
+        with_parts(body["messages"], "text", [_image_block(url) for url in images])
 
     def _event(self, data: dict, state: Any) -> StreamEvent:
         kind = data.get("type")

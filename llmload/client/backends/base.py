@@ -118,6 +118,12 @@ class Backend:
     tokens_per_event_known: bool = False
     #: chat dialects accept ``messages`` (multi-turn replay)
     chat: bool = False
+    #: a pooling dialect (embeddings, pooling, rerank): one JSON answer, no tokens generated, no TTFT
+    pooling: bool = False
+    #: requests stream unless the body says otherwise
+    streams: bool = True
+    #: what ``--endpoint`` must end with for this dialect (vLLM's check for the pooling backends); '' any path
+    endpoint_suffix: str = ""
 
     def build_body(
         self,
@@ -128,12 +134,34 @@ class Backend:
         ignore_eos: bool,
         extra: dict | None = None,
         messages: list[dict] | None = None,
+        images: list[str] | None = None,
+        inputs: list[str] | None = None,
     ) -> dict:
-        """The JSON request body; ``extra`` is merged last so users can override any field."""
-        body = self._body(prompt, output_len, model=model, ignore_eos=ignore_eos, messages=messages)
+        """The JSON request body; ``images`` (URLs) go after the text of the last user message, in the dialect's
+        part shapes; ``inputs``: a pooling request's texts; ``extra`` is merged last so users can override any
+        field."""
+        if self.pooling:
+            body = self._pooling_body(prompt, inputs, model=model)
+        else:
+            body = self._body(prompt, output_len, model=model, ignore_eos=ignore_eos, messages=messages)
+        if images:
+            self.add_images(body, images)
         if extra:
             body.update(extra)
         return body
+
+    def _pooling_body(self, prompt: str, inputs: list[str] | None, *, model: str) -> dict:
+        raise NotImplementedError
+
+    @property
+    def sends_images(self) -> bool:
+        """Whether this dialect puts images into its requests (:meth:`add_images`)."""
+        return type(self).add_images is not Backend.add_images
+
+    def add_images(self, body: dict, images: list[str]) -> None:
+        """Put ``images`` (``data:`` or remote URLs) into ``body`` after the prompt's text; dialects that take
+        images override this (the run refuses images on the others before the first request)."""
+        raise EndpointError(f"--backend {self.name} sends no images")
 
     def _body(
         self, prompt: str, output_len: int, *, model: str, ignore_eos: bool, messages: list[dict] | None
@@ -191,5 +219,25 @@ class Backend:
         """
         raise NotImplementedError
 
+    def parse_pooling(self, body: bytes) -> int | None:
+        """A pooling answer's ``usage.prompt_tokens`` (None when it reports none); raises :class:`EndpointError`
+        when the body is not this dialect's answer."""
+        raise NotImplementedError
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} {self.default_path}>"
+
+
+def with_parts(messages: list[dict], text_type: str, parts: list[dict]) -> None:
+    """Turn the last user message's content into ``[{"type": text_type, "text": ...}, *parts]`` (text first, as
+    vLLM's benchmark sends images); a content that is already a list of parts gets ``parts`` appended."""
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
+        if message.get("role") == "user":  # a new dict: the sample's own messages stay as they are
+            content = message.get("content")
+            if isinstance(content, list):
+                messages[i] = {**message, "content": [*content, *parts]}
+            else:
+                messages[i] = {**message, "content": [{"type": text_type, "text": content or ""}, *parts]}
+            return
+    messages.append({"role": "user", "content": parts})

@@ -6,7 +6,7 @@ The completions route sends no ``stream_options``, so output tokens come from re
 
 from __future__ import annotations
 
-from llmload.client.backends.openai import OpenAICompletions
+from llmload.client.backends.openai import OpenAICompletions, add_image_urls
 
 
 class ModularCompletions(OpenAICompletions):
@@ -41,3 +41,6 @@ class ModularChat(OpenAICompletions):
             "ignore_eos": ignore_eos,
             "stream_options": {"include_usage": True},
         }
+
+    def add_images(self, body: dict, images: list[str]) -> None:
+        add_image_urls(body, images)

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from llmload.client.backends.base import EMPTY, Backend, StreamEvent, as_int, as_str, decode_response
+from llmload.client.backends.base import (
+    EMPTY,
+    Backend,
+    StreamEvent,
+    as_int,
+    as_str,
+    decode_response,
+    with_parts,
+)
 from llmload.common.errors import EndpointError
 
 
@@ -130,3 +138,11 @@ class OpenAIChat(OpenAICompletions):
         if ignore_eos:
             body["ignore_eos"] = True
         return body
+
+    def add_images(self, body: dict, images: list[str]) -> None:
+        add_image_urls(body, images)
+
+
+def add_image_urls(body: dict, images: list[str]) -> None:
+    """OpenAI chat's image parts, ``{"type": "image_url", "image_url": {"url": ...}}``, after the text."""
+    with_parts(body["messages"], "text", [{"type": "image_url", "image_url": {"url": url}} for url in images])

@@ -22,6 +22,7 @@ from llmload.client.backends.base import (
     as_str,
     decode_response,
     one_line,
+    with_parts,
 )
 from llmload.common.errors import EndpointError
 
@@ -63,6 +64,13 @@ class OpenAIResponses(Backend):
         if ignore_eos:
             body["ignore_eos"] = True
         return body
+
+    def add_images(self, body: dict, images: list[str]) -> None:
+        """Responses' parts: ``input_text`` then ``{"type": "input_image", "image_url": url}`` each."""
+        given = body["input"]
+        messages = [{"role": "user", "content": given}] if isinstance(given, str) else given
+        with_parts(messages, "input_text", [{"type": "input_image", "image_url": url} for url in images])
+        body["input"] = messages
 
     def _event(self, data: dict, state: Any) -> StreamEvent:
         kind = data.get("type")

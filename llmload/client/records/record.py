@@ -247,6 +247,14 @@ class RequestRecord:
     #: a KV-cache trace's own reuse for this request (Mooncake, agentic sessions): the prompt tokens a prefix cache
     #: that never evicts could serve it, from the trace's hash ids alone (None: not such a trace)
     trace_cached_tokens: int | None = None
+    #: images the request carried, and the bytes of their URLs in the body (a ``data:`` URL's base64 text)
+    images: int = 0
+    image_bytes: int = 0
+    #: a pooling request's input sequences: an embeddings batch's prompts, a rerank's documents (0: generation)
+    input_sequences: int = 0
+    #: requests with images or pooling inputs: seconds from the first byte of the request to the last going out
+    #: (None: not timed, or the request failed before it was sent)
+    send_s: float | None = None
     #: set when the records journal holds the generated text instead of ``generated_text`` (not a column of the
     #: records file: :meth:`to_dict` writes the text itself)
     held_text: HeldText | None = field(default=None, repr=False, compare=False)

@@ -196,6 +196,7 @@ class Pool:
         conn.request_deadline = now + self.request_timeout if self.request_timeout else 0.0
         conn.cancel_at = now + cancel_after_s if cancel_after_s is not None else 0.0
         conn.sock.sendall(data)
+        parser.resp.sent_at = perf_counter()
         if conn.buf:
             buffered, conn.buf = conn.buf, b""
             if parser.feed(buffered, perf_counter()):

@@ -9,7 +9,7 @@ class Response:
     where something reads them (an error status, a JSON or other whole answer): a 200 event stream is held
     once, as its lines."""
 
-    __slots__ = ("body", "header_time", "headers", "lines", "reusable", "status")
+    __slots__ = ("body", "header_time", "headers", "lines", "reusable", "sent_at", "status")
 
     def __init__(self) -> None:
         self.status = 0
@@ -19,3 +19,6 @@ class Response:
         self.lines: list[tuple[float, bytes]] = []
         self.body = b""
         self.reusable = False
+        #: perf_counter once the request's last byte was handed to the socket (a body of megabytes of images takes
+        #: a while to go out)
+        self.sent_at = 0.0
