@@ -20,6 +20,7 @@ from locust import User, task
 
 from llmload.client.backends import Backend, get_backend
 from llmload.client.backends.base import one_line
+from llmload.client.backends.pooling import grounded_prompt, pooled_inputs
 from llmload.client.events import llm_events
 from llmload.client.failures import (
     CLIENT_ERROR,
@@ -161,7 +162,8 @@ class LLMUser(User):
         if record is None:
             record = self.new_record(request, intended_send)
         images, inputs = getattr(sample, "images", None), getattr(sample, "inputs", None)
-        body = self.dialect.build_body(sample.prompt, sample.expected_output_len, model=record.model or self.model,
+        prompt = sample.prompt if not inputs or self.dialect.pooling else grounded_prompt(inputs)
+        body = self.dialect.build_body(prompt, sample.expected_output_len, model=record.model or self.model,
                                         ignore_eos=self.ignore_eos, extra=self.extra_body or None,
                                         messages=getattr(sample, "messages", None), images=images, inputs=inputs)
         if images:
@@ -271,16 +273,6 @@ class LLMUser(User):
                  context={})
 
 
-def pooled_inputs(backend: str, inputs: list[str] | None) -> int:
-    """vLLM's ``num_input_sequences`` of a pooling request: a rerank's documents, an embeddings batch's prompts
-    (1 for a single prompt; the chat form is one conversation)."""
-    if backend == "vllm-rerank":
-        return len(inputs) - 1 if inputs else 0
-    if backend == "openai-embeddings-chat" or not inputs:
-        return 1
-    return len(inputs)
-
-
 class CompletionsUser(LLMUser):
     """Streams ``/v1/completions`` (vLLM's ``--backend vllm``)."""
 
@@ -297,6 +289,28 @@ class ChatUser(LLMUser):
 
 class LLMRequestFailed(Exception):
     """A request that got an answer, but not a usable one (HTTP error, error event, empty stream)."""
+
+
+class EmbeddingsUser(LLMUser):
+    """Sends the run's prompts to ``/v1/embeddings`` (a batch of them with ``--random-batch-size``): one JSON answer
+    a request, measured end to end (no TTFT)."""
+
+    abstract = True
+    backend = "openai-embeddings"
+
+
+class RerankUser(LLMUser):
+    """Sends a query and its documents to ``/v1/rerank`` (``--dataset-name random-rerank``)."""
+
+    abstract = True
+    backend = "vllm-rerank"
+
+
+class PoolingUser(LLMUser):
+    """Sends the run's prompts to vLLM's ``/pooling``."""
+
+    abstract = True
+    backend = "vllm-pooling"
 
 
 class ConversationUser(ChatUser):

@@ -1,5 +1,6 @@
 """Which backends take which workloads: images need a chat dialect that sends them, pooling dialects need text
-(and rerank a query with documents). Each mismatch is one line and exit 2 before the first request
+(and rerank a query with documents; a generation dialect sends a rerank sample as its documents and query, the
+last step of a RAG workload). Each mismatch is one line and exit 2 before the first request
 (docs/multimodal.md), where vLLM's benchmark would fail every request or stop with a traceback."""
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def check_modalities(options: Any) -> None:
     backend = get_backend(option_value(options, "backend"))
     name = option_value(options, "dataset_name")
     batch = int(option_value(options, "random_batch_size"))
-    if batch != 1 and not backend.pooling:
+    if batch != 1 and name == "random" and not backend.pooling:
         raise ConfigError("--random-batch-size puts several prompts into one pooling request: it needs a pooling "
                           "--backend (openai-embeddings, vllm-pooling, vllm-rerank)")
     if batch != 1 and name not in ("random", "random-rerank"):
@@ -45,11 +46,15 @@ def check_modalities(options: Any) -> None:
     if backend.pooling:
         _check_pooling(backend, name, options)
         return
-    if name == "random-rerank":
-        raise ConfigError("--dataset-name random-rerank makes a query and documents a request: use --backend "
-                          "vllm-rerank (or an embeddings backend)")
     if name == "random-mm" and not backend.sends_images:
         raise _images_refused(backend.name)
+    if name == "random-mm":
+        from llmload.common.errors import DatasetError
+
+        try:
+            multimodal_spec(options).checked()  # said now, not after the server was reached
+        except DatasetError as exc:
+            raise ConfigError(str(exc)) from None
 
 
 def _check_pooling(backend: Any, name: str, options: Any) -> None:
@@ -66,6 +71,17 @@ def _check_pooling(backend: Any, name: str, options: Any) -> None:
     suffix = backend.endpoint_suffix
     if endpoint and suffix and not endpoint.rstrip("/").endswith(suffix):
         raise ConfigError(f"--endpoint {endpoint}: {_ENDPOINT_API[suffix]} URL must end with one of: {{'{suffix}'}}.")
+
+
+def multimodal_spec(options: Any) -> Any:
+    """The ``--random-mm-*`` flags as a :class:`~llmload.datasets.random_mm.MultiModalSpec` (vLLM's defaults)."""
+    from llmload.datasets.random_mm import MultiModalSpec
+
+    default = MultiModalSpec()
+    return MultiModalSpec(base_items=int(option_value(options, "random_mm_base_items_per_request")),
+                          items_range_ratio=float(option_value(options, "random_mm_num_mm_items_range_ratio")),
+                          limits=option_value(options, "random_mm_limit_mm_per_prompt") or default.limits,
+                          buckets=option_value(options, "random_mm_bucket_config") or default.buckets)
 
 
 def check_samples(samples: Sequence[Any], backend_name: str) -> None:

@@ -290,7 +290,10 @@ class Run:
                                             trust_remote_code=bool(getattr(opts, "trust_remote_code", False)))
         samples = load_samples(opts.dataset_name, getattr(opts, "dataset_path", None) or None, tokenizer,
                                num_prompts, int(option_value(opts, "seed")), **dataset_options(opts))
-        if num_prompts and samples and len(samples) < num_prompts:
+        if batches_prompts(opts):
+            self.log(f"{num_prompts} prompts (rerank: documents) go {len(samples)} requests of up to "
+                     f"{option_value(opts, 'random_batch_size')}")
+        elif num_prompts and samples and len(samples) < num_prompts:
             if oversamples(opts):
                 self.log(f"The dataset gave {len(samples)} usable prompts: {num_prompts - len(samples)} repeats "
                          f"drawn by --seed fill --num-prompts {num_prompts} (--no-oversample: send only those)")

@@ -9,7 +9,7 @@ from typing import Any
 from llmload.common.choices import SESSION_DATASETS, TRACE_DATASETS
 from llmload.common.errors import ConfigError
 from llmload.core.conversation import ConversationPolicy
-from llmload.core.modalities import check_modalities
+from llmload.core.modalities import check_modalities, multimodal_spec
 from llmload.core.schedule import ScheduleSpec
 from llmload.core.session import SessionPolicy
 from llmload.datasets.traces.formats import MooncakeKeys
@@ -55,7 +55,8 @@ def dataset_options(options: Any) -> dict[str, Any]:
         return {**out, "mm": multimodal_spec(options)}
     if name == "random-rerank":
         return {"input_len": getattr(options, "input_len", None) or _opt(options, "random_input_len"),
-                "range_ratio": _opt(options, "random_range_ratio"),
+                "output_len": fixed or _opt(options, "random_output_len"), "range_ratio": _opt(options,
+                                                                                               "random_range_ratio"),
                 "batch_size": int(_opt(options, "random_batch_size")), "reranker": not _opt(options, "no_reranker")}
     if name == "sonnet":  # vLLM maps neither --input-len nor --output-len here
         return {"input_len": _opt(options, "sonnet_input_len"), "output_len": _opt(options, "sonnet_output_len"),
@@ -77,17 +78,6 @@ def dataset_options(options: Any) -> dict[str, Any]:
                 "prompt_path": _opt(options, "trace_prompts"), "block_size": _opt(options, "trace_block_size"),
                 "mooncake": mooncake_keys(options)}
     return {"default_output_len": fixed or _opt(options, "custom_output_len")}
-
-
-def multimodal_spec(options: Any) -> Any:
-    """The ``--random-mm-*`` flags as a :class:`~llmload.datasets.random_mm.MultiModalSpec` (vLLM's defaults)."""
-    from llmload.datasets.random_mm import MultiModalSpec
-
-    default = MultiModalSpec()
-    return MultiModalSpec(base_items=int(_opt(options, "random_mm_base_items_per_request")),
-                          items_range_ratio=float(_opt(options, "random_mm_num_mm_items_range_ratio")),
-                          limits=_opt(options, "random_mm_limit_mm_per_prompt") or default.limits,
-                          buckets=_opt(options, "random_mm_bucket_config") or default.buckets)
 
 
 def _shuffles(options: Any) -> bool | None:

@@ -79,7 +79,7 @@ def load_samples(
         "sharegpt": {"fixed_output_len", "multi_turn", "max_turns", "system_prompt_len", "shuffle"},
         "random": {"input_len", "output_len", "range_ratio", "prefix_len", "batch_size"},
         "random-mm": {"input_len", "output_len", "range_ratio", "prefix_len", "mm"},
-        "random-rerank": {"input_len", "range_ratio", "batch_size", "reranker"},
+        "random-rerank": {"input_len", "output_len", "range_ratio", "batch_size", "reranker"},
         "prefix_repetition": {"prefix_len", "suffix_len", "num_prefixes", "output_len", "shuffle"},
         "custom": {"default_output_len"},
         "sonnet": {"input_len", "output_len", "prefix_len"},

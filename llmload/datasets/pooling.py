@@ -18,25 +18,34 @@ import numpy as np
 
 from llmload.common.errors import DatasetError
 from llmload.datasets.base import SampleRequest, Tokenizer
-from llmload.datasets.random_dataset import DEFAULT_INPUT_LEN, DEFAULT_RANGE_RATIO, sample_random
+from llmload.datasets.random_dataset import (
+    DEFAULT_INPUT_LEN,
+    DEFAULT_OUTPUT_LEN,
+    DEFAULT_RANGE_RATIO,
+    sample_random,
+)
 
 
 def batched(samples: Sequence[SampleRequest], batch_size: int, name: str = "random-batch") -> list[SampleRequest]:
-    """``samples`` grouped ``batch_size`` at a time into one request each (the last may be shorter)."""
+    """``samples`` grouped ``batch_size`` at a time into one request each (the last may be shorter; its output
+    length is the first's, which only a generation class of a mixed run uses)."""
     if batch_size < 1:
         raise DatasetError(f"--random-batch-size must be >= 1, got {batch_size}")
     out = []
     for j, start in enumerate(range(0, len(samples), batch_size)):
         group = [samples[k] for k in range(start, min(start + batch_size, len(samples)))]
         out.append(SampleRequest(prompt=group[0].prompt, prompt_len=sum(s.prompt_len for s in group),
-                                 expected_output_len=0, request_id=f"{name}-{j}", inputs=[s.prompt for s in group]))
+                                 expected_output_len=group[0].expected_output_len, request_id=f"{name}-{j}",
+                                 inputs=[s.prompt for s in group]))
     return out
 
 
 def sample_random_rerank(tokenizer: Tokenizer, num_prompts: int, seed: int = 0, *,
                          input_len: int = DEFAULT_INPUT_LEN, range_ratio: float | tuple[float, float] =
-                         DEFAULT_RANGE_RATIO, batch_size: int = 1, reranker: bool = True) -> list[SampleRequest]:
-    """Rerank requests of one query and ``batch_size`` documents each (the module docstring's rules)."""
+                         DEFAULT_RANGE_RATIO, batch_size: int = 1, reranker: bool = True,
+                         output_len: int = DEFAULT_OUTPUT_LEN) -> list[SampleRequest]:
+    """Rerank requests of one query and ``batch_size`` documents each (the module docstring's rules); ``output_len``
+    is what a generation class of a mixed run asks for with them (a RAG workload's answer), unused by rerank."""
     ratio = range_ratio[0] if isinstance(range_ratio, tuple | list) else range_ratio
     rng = np.random.RandomState(seed)
     separator = 1 if reranker else 0
@@ -61,6 +70,6 @@ def sample_random_rerank(tokenizer: Tokenizer, num_prompts: int, seed: int = 0, 
         doc_tokens = sum(d.prompt_len for d in group)
         prompt_len = ((query.prompt_len + separator) * len(group) + doc_tokens if reranker
                       else query.prompt_len + doc_tokens)
-        out.append(SampleRequest(prompt=query.prompt, prompt_len=prompt_len, expected_output_len=0,
+        out.append(SampleRequest(prompt=query.prompt, prompt_len=prompt_len, expected_output_len=output_len,
                                  request_id=f"random-rerank-{j}", inputs=[query.prompt, *(d.prompt for d in group)]))
     return out

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from llmload.client.users import ChatUser, CompletionsUser, ConversationUser, LLMUser
+from llmload.client.users import (
+    ChatUser,
+    CompletionsUser,
+    ConversationUser,
+    EmbeddingsUser,
+    LLMUser,
+    PoolingUser,
+    RerankUser,
+)
 from llmload.plugin import install
 
 install()
@@ -16,4 +24,5 @@ class ShareGPTUser(LLMUser):
     abstract = True
 
 
-__all__ = ["ChatUser", "CompletionsUser", "ConversationUser", "LLMUser", "ShareGPTUser"]
+__all__ = ["ChatUser", "CompletionsUser", "ConversationUser", "EmbeddingsUser", "LLMUser", "PoolingUser",
+           "RerankUser", "ShareGPTUser"]

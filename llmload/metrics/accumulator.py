@@ -214,6 +214,7 @@ class MetricsAccumulator:
             "total_input_tokens": tally.total_input,
             "requests_per_s": rate(tally.completed),
             "output_tokens_per_s": rate(tally.total_output),
+            "input_tokens_per_s": rate(tally.total_input),
         }
         for key in METRICS:
             out[f"{key}_ms"] = _live_summary(_values(groups, key), percentiles)

@@ -90,7 +90,11 @@ def request_lists(records: Sequence[MeasuredRequest], metrics: BenchmarkMetrics 
                                   streamed),
         "queue_times": _per_request(records, lambda r: q if (q := queue_time_s(r)) is not None else 0.0, streamed),
     }
-    if detailed:
+    if detailed and metrics is not None and metrics.pooling:
+        # vLLM's pooling run: the input lengths the server reported (vLLM overwrites the dataset's) and the errors
+        out["input_lens"] = _per_request(records, lambda r: r.server_prompt_tokens or 0, streamed)
+        out["errors"] = _per_request(records, lambda r: r.error, streamed)
+    elif detailed:
         out["start_times"] = _per_request(records, lambda r: r.start, streamed)
         out.update(detailed_lists(records, metrics, streamed=streamed))
     return out

@@ -197,8 +197,8 @@ class BenchmarkMetrics:
         return result
 
     def _pooling_result_dict(self) -> dict[str, Any]:
-        """Today's ``vllm bench serve`` keys of a pooling run (no output tokens, TTFT, TPOT or ITL; E2EL when
-        selected, as it is by default there), then llmload's own."""
+        """Today's ``vllm bench serve`` keys of a pooling run (no output tokens, TTFT, TPOT or ITL; E2EL, its default
+        and only latency), then llmload's own."""
         result: dict[str, Any] = {
             "duration": self.duration,
             "completed": self.completed,
@@ -208,11 +208,11 @@ class BenchmarkMetrics:
             "input_sequence_throughput": self.input_sequences / self.duration,
             "total_token_throughput": self.total_token_throughput,
         }
-        if "e2el" in self.selected_metrics:
-            result.update(self.e2el.keys("e2el"))
+        result.update(self.e2el.keys("e2el"))  # the one latency a pooling request has (a mixed run's selection aside)
         for name, dist in self.client_queue.items():
             result.update(dist.keys(name))
         result.update(self._own_keys())
+        del result["ttft_rule"]  # nothing is streamed
         self._lag_keys(result)
         if self.by_class:
             result["by_class"] = {c: m.class_result_dict() for c, m in self.by_class.items()}

@@ -37,11 +37,24 @@ def configure_classes(environment: Any, opts: Any, model: str, config: RunConfig
         # what the locustfile itself set on the class stays; the rest follows the options on every test start
         own = cls.__dict__.get("llmload_own")
         if own is None:
-            own = frozenset(cls.__dict__)
+            own = own_settings(cls)
             cls.llmload_own = own
         for name, value in settings.items():
             if name not in own:
                 setattr(cls, name, value)
+
+
+def own_settings(cls: type) -> frozenset[str]:
+    """The attributes a class sets itself or takes from a ready-made class between it and ``LLMUser`` (``ChatUser``'s
+    dialect, ``EmbeddingsUser``'s): those stay whatever the options say; ``LLMUser``'s defaults give way to them."""
+    from llmload.client.users import LLMUser
+
+    names: set[str] = set()
+    for base in cls.__mro__:
+        if base is LLMUser:
+            break
+        names.update(base.__dict__)
+    return frozenset(names)
 
 
 def conversation_settings(opts: Any, environment: Any) -> None:

@@ -68,14 +68,19 @@ def build_table(stats: list[RunStats], baseline: int = 0) -> Table:
         "higher")
     for name, label in (("ttft", "TTFT"), ("tpot", "TPOT"), ("tpot_steady", "TPOT excl. 1st ITL"),
                         ("itl", "ITL"), ("e2el", "E2E latency")):
-        dists = [getattr(m, name) for m in ms]
-        add(f"mean_{name}_ms", f"{label} mean", "ms", [d.mean_ms for d in dists], "lower")
-        add(f"median_{name}_ms", f"{label} median", "ms", [d.median_ms for d in dists], "lower")
-        add(f"p99_{name}_ms", f"{label} p99", "ms", [dict(d.percentiles_ms).get(99.0, 0.0) for d in dists], "lower")
+        # a run without such values (a pooling run has no first token) shows "-", not 0
+        dists = [d if (d := getattr(m, name)).count else None for m in ms]
+        if not any(dists):
+            continue
+        add(f"mean_{name}_ms", f"{label} mean", "ms", [d and d.mean_ms for d in dists], "lower")
+        add(f"median_{name}_ms", f"{label} median", "ms", [d and d.median_ms for d in dists], "lower")
+        add(f"p99_{name}_ms", f"{label} p99", "ms", [d and dict(d.percentiles_ms).get(99.0, 0.0) for d in dists],
+            "lower")
         if name == "ttft":
-            add("std_ttft_ms", "TTFT std", "ms", [d.std_ms for d in dists], "lower")
-    add("median_itl1_ms", "First ITL (ITL₁) median", "ms",
-        [float(_median(s.itl1)) * 1000.0 for s in stats], "lower")
+            add("std_ttft_ms", "TTFT std", "ms", [d and d.std_ms for d in dists], "lower")
+    if any(len(s.itl1) for s in stats):
+        add("median_itl1_ms", "First ITL (ITL₁) median", "ms",
+            [float(_median(s.itl1)) * 1000.0 for s in stats], "lower")
     goodput = [s.goodput_value() for s in stats]
     if any(g is not None for g in goodput):
         add("request_goodput", "Goodput", "req/s", goodput, "higher")

@@ -172,6 +172,9 @@ class SimConfig:
     #: tool calls: the share of chat requests with ``tools`` and ``tool_choice`` ``auto`` (the default) whose
     #: answer is a tool call, drawn from the seed and the request (:mod:`llmload.sim.tools`)
     tool_call_rate: float = 0.5
+    #: pooling routes (:mod:`llmload.sim.pooling`): the length of an embedding when the request names no
+    #: ``dimensions``
+    embedding_dim: int = 64
 
     @property
     def served_names(self) -> tuple[str, ...]:

@@ -15,6 +15,10 @@ With :class:`~llmload.sim.lora.AdapterSlots` (``--lora-modules``), the batch hol
 ``max_loras`` distinct adapters (vLLM's scheduler): a waiting sequence whose adapter would be one too many is
 skipped, the ones behind it may still be admitted, and it goes back to the front of the queue. A sequence whose
 adapter had to be loaded starts its prefill ``lora_load_ms`` after it was admitted.
+
+A prefill-only sequence (a pooling request: embeddings, rerank) has no output: it is prefilled like any other,
+sharing the step's token budget with the generating sequences, and leaves the batch (as a ``(seq, 0)`` pair) at
+the end of the step its prefill completes.
 """
 
 from __future__ import annotations
@@ -37,10 +41,11 @@ class Seq:
                  "prompt_tokens", "ready_at", "reserved", "stall_since")
 
     def __init__(self, key: object, prompt_tokens: int, output_tokens: int, blocks: Sequence[int] = (),
-                 adapter: str = "") -> None:
+                 adapter: str = "", *, prefill_only: bool = False) -> None:
+        """``prefill_only``: no output at all (``output_tokens`` is ignored); otherwise at least one token."""
         self.key = key
         self.prompt_tokens = max(1, prompt_tokens)
-        self.output_tokens = max(1, output_tokens)
+        self.output_tokens = 0 if prefill_only else max(1, output_tokens)
         #: the prompt's block keys for the prefix cache, and how many prompt tokens it had cached
         self.blocks = blocks
         self.cached = 0
@@ -193,6 +198,10 @@ class BatchEngine:
         for s in self._prefill_done:
             if cache is not None and s.blocks:
                 cache.insert(s.blocks)
+            if not s.output_tokens:  # prefill-only: done now, with nothing generated
+                out.append((s, 0))
+                finished = True
+                continue
             s.generated = 1
             out.append((s, 1))
             if s.generated >= s.output_tokens:
@@ -210,7 +219,8 @@ class BatchEngine:
         if finished:
             keep = []
             for s in self.running:
-                if s.generated >= s.output_tokens:
+                # a prefill-only sequence has nothing to generate but its prefill must be done
+                if s.generated >= s.output_tokens and s.prefilled >= s.prompt_tokens:
                     self.kv_reserved -= s.reserved
                 else:
                     keep.append(s)

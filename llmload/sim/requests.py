@@ -8,10 +8,16 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from llmload.sim.chat import Rendered, render_messages
+from llmload.sim.chat import render_chat as render_chat
 from llmload.sim.config import SimConfig
+from llmload.sim.errors import RequestError as RequestError
+from llmload.sim.errors import bad_request, extra_forbidden, openai_error
+from llmload.sim.images import ImageCache
+from llmload.sim.pooling import POOLING_KINDS, PoolSpec, parse_pooling
 from llmload.sim.prefix_cache import id_block_hashes, text_block_hashes
 from llmload.sim.text import estimate_tokens, text_of, text_offset
-from llmload.sim.tools import Output, ToolsError, output_of, render_calls, render_tools
+from llmload.sim.tools import Output, ToolsError, output_of, render_tools
 
 #: text -> token ids (``--tokenizer``)
 Tokenize = Callable[[str], Sequence[int]]
@@ -63,37 +69,17 @@ class GenRequest:
     structured: str = ""
     #: chat with ``tools``: the function this answer calls, its arguments the pieces (:mod:`llmload.sim.tools`)
     tool: str = ""
+    #: images in the prompt and the prompt tokens they cost (part of ``prompt_tokens``; :mod:`llmload.sim.images`)
+    images: int = 0
+    image_tokens: int = 0
+    #: a pooling request (:mod:`llmload.sim.pooling`): no output, its answer one JSON body when the prefill is done
+    pooled: PoolSpec | None = None
 
     def text(self, start: int, count: int) -> bytes:
         """The output's tokens ``start`` to ``start + count``, concatenated (JSON string body)."""
         if self.pieces is None:
             return text_of(self.text_offset, start, count)
         return b"".join(self.pieces[start:start + count])
-
-
-class RequestError(Exception):
-    """A request the server rejects; carries the status and JSON body to send."""
-
-    def __init__(self, status: int, body: bytes) -> None:
-        super().__init__(status)
-        self.status = status
-        self.body = body
-
-
-def openai_error(status: int, message: str, err_type: str, param: str | None = None) -> RequestError:
-    body = {"error": {"message": message, "type": err_type, "param": param, "code": status}}
-    return RequestError(status, orjson.dumps(body))
-
-
-def extra_forbidden(field: str, value: object = None) -> RequestError:
-    """FastAPI/pydantic's 422 for a request field the server does not know (transformers serve sends it)."""
-    detail = [{"type": "extra_forbidden", "loc": ["body", field], "msg": "Extra inputs are not permitted",
-               "input": value}]
-    return RequestError(422, orjson.dumps({"detail": detail}))
-
-
-def bad_request(message: str, param: str | None = None) -> RequestError:
-    return openai_error(400, message, "BadRequestError", param)
 
 
 def _int_field(body: dict, name: str) -> int | None:
@@ -126,29 +112,6 @@ def _prompt_text(prompt: object) -> tuple[str, list[int] | None]:
     raise bad_request("'prompt' must be a non-empty string or a list of token ids", "prompt")
 
 
-def render_chat(messages: object) -> str:
-    """The chat prompt as the engine sees it: ``role: content`` lines, one per message, in order.
-
-    A stand-in for a chat template: re-sending a conversation's history plus new messages gives a text that
-    starts with the previous turn's text, so the prefix cache sees the shared history.
-    """
-    if not isinstance(messages, list) or not messages:
-        raise bad_request("'messages' must be a non-empty list", "messages")
-    parts: list[str] = []
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict) or "role" not in message:
-            raise bad_request(f"messages[{i}] must be an object with a 'role'", "messages")
-        content = message.get("content")
-        if isinstance(content, list):
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        elif content is None:
-            content = ""
-        elif not isinstance(content, str):
-            raise bad_request(f"messages[{i}].content must be a string or a list of parts", "messages")
-        parts.append(f"{message['role']}: {content}{render_calls(message)}\n")
-    return "".join(parts)
-
-
 class RequestParser:
     """Validates bodies for every route; counts prompt tokens and decides each request's output length.
 
@@ -158,8 +121,15 @@ class RequestParser:
     def __init__(self, config: SimConfig, tokenize: Tokenize | None = None) -> None:
         self.config = config
         self.tokenize = tokenize
+        #: the images this process has seen, for vLLM's multimodal cache counters
+        self.images = ImageCache()
+
+    def count(self, text: str) -> int:
+        """Prompt tokens of a text: the tokenizer's ids, else ~4 characters a token."""
+        return len(self.tokenize(text)) if self.tokenize is not None else estimate_tokens(text)
 
     def parse(self, kind: str, raw: bytes) -> GenRequest:
+        """The request on route ``kind`` (a value of :data:`ROUTES` or of the pooling routes), or a RequestError."""
         cfg = self.config
         try:
             body = orjson.loads(raw)
@@ -169,25 +139,30 @@ class RequestParser:
             raise bad_request("request body must be a JSON object")
         if cfg.dialect == "transformers" and "ignore_eos" in body:
             raise extra_forbidden("ignore_eos", body["ignore_eos"])
-
         model = body.get("model") or cfg.model
+        if kind in POOLING_KINDS:
+            return self._pooling(kind, body, model)
         if kind in ("completions", "chat"):
-            fields = _openai_fields(kind, body, model, cfg)
+            fields = _openai_fields(kind, body, model, cfg, self.images)
         elif kind == "responses":
-            fields = _responses_fields(body, model, cfg)
+            fields = _responses_fields(body, model, cfg, self.images)
         elif kind == "messages":
-            fields = _messages_fields(body, model, cfg)
+            fields = _messages_fields(body, model, cfg, self.images)
         elif kind == "sglang":
             fields = _sglang_fields(body)
         elif kind == "tgi":
             fields = _tgi_fields(body)
         else:
             fields = _trt_fields(body)
+        return self._generation(kind, body, raw, model, fields)
 
-        text, ids = fields.text, fields.ids
+    def _generation(self, kind: str, body: dict, raw: bytes, model: str, fields: _Fields) -> GenRequest:
+        """Count the prompt (text and images), check the context, and decide the output."""
+        cfg = self.config
+        text, ids, media = fields.text, fields.ids, fields.media or _TEXT_ONLY
         if ids is None and self.tokenize is not None:
             ids = self.tokenize(text)
-        prompt_tokens = len(ids) if ids is not None else estimate_tokens(text)
+        prompt_tokens = (len(ids) if ids is not None else estimate_tokens(text)) + media.image_tokens
         max_tokens = fields.max_tokens
         if fields.default_max:
             # no max_tokens in a chat request: what is left of the context, at most the default (as vLLM)
@@ -201,22 +176,33 @@ class RequestParser:
         output_tokens = _output_tokens(cfg, offset, max_tokens, fields.ignore_eos)
         reasoning = min(cfg.reasoning_tokens, output_tokens) if kind in REASONING_KINDS else 0
         out = _output(cfg, kind, body, raw, offset, output_tokens, reasoning)
+        hashed = media.hash_text  # with images: the text with their markers, hashed as text (chat.py)
         return GenRequest(
-            kind=kind,
-            stream=fields.stream,
-            model=model,
-            adapter=model if model in cfg.lora_modules else "",
-            prompt_tokens=prompt_tokens,
-            max_tokens=max_tokens,
-            output_tokens=output_tokens,
-            include_usage=fields.include_usage,
-            text_offset=offset,
-            ignore_eos=fields.ignore_eos,
-            block_hashes=_block_hashes(cfg, text, ids, prompt_tokens),
-            prefix_cache=cfg.prefix_cache,
-            reasoning_tokens=out.reasoning,
+            kind=kind, stream=fields.stream, model=model, adapter=model if model in cfg.lora_modules else "",
+            prompt_tokens=prompt_tokens, max_tokens=max_tokens, output_tokens=output_tokens,
+            include_usage=fields.include_usage, text_offset=offset, ignore_eos=fields.ignore_eos,
+            block_hashes=_block_hashes(cfg, hashed or text, None if hashed else ids, prompt_tokens),
+            prefix_cache=cfg.prefix_cache, reasoning_tokens=out.reasoning,
             trace_prompt=_trace_prompt(kind, body, fields) if cfg.trace_prompts else None,
             pieces=out.pieces, structured=out.structured, tool=out.tool,
+            images=media.images, image_tokens=media.image_tokens,
+        )
+
+    def _pooling(self, kind: str, body: dict, model: str) -> GenRequest:
+        """A pooling request: its prompt tokens are the prefill the engine does; it generates nothing."""
+        cfg = self.config
+        _check_model(model, cfg)
+        pooled = parse_pooling(kind, body, cfg, self.count, self.images)
+        spec = pooled.spec
+        prompt_tokens = spec.prompt_tokens
+        text = pooled.hash_text or pooled.text
+        return GenRequest(
+            kind=kind, stream=False, model=model, adapter=model if model in cfg.lora_modules else "",
+            prompt_tokens=prompt_tokens, max_tokens=0, output_tokens=0, include_usage=False,
+            text_offset=text_offset(cfg.seed, text), ignore_eos=False,
+            block_hashes=_block_hashes(cfg, text, pooled.ids, prompt_tokens), prefix_cache=cfg.prefix_cache,
+            trace_prompt=([spec.query, *spec.texts] if spec.query else list(spec.texts)) if cfg.trace_prompts else None,
+            images=pooled.images, image_tokens=pooled.image_tokens, pooled=spec,
         )
 
 
@@ -252,6 +238,10 @@ def _trace_prompt(kind: str, body: dict, fields: _Fields) -> object:
     return fields.text
 
 
+#: what a prompt without images adds: nothing
+_TEXT_ONLY = Rendered("")
+
+
 @dataclass(slots=True)
 class _Fields:
     """What one route's body says about the generation, before the prompt is counted."""
@@ -265,9 +255,20 @@ class _Fields:
     include_usage: bool = False
     #: the request gave no max_tokens: ``max_tokens`` is the default, capped by the context left
     default_max: bool = False
+    #: a chat prompt's rendering, with its images (:mod:`llmload.sim.chat`); text-only for the other routes
+    media: Rendered | None = None
 
 
-def _openai_fields(kind: str, body: dict, model: object, cfg: SimConfig) -> _Fields:
+def _render(messages: object, images: ImageCache, prefix: str = "") -> Rendered:
+    """A chat prompt's rendering with its images read; ``prefix`` (the tools) goes before the messages."""
+    media = render_messages(messages, images)
+    if not prefix:
+        return media
+    hashed = None if media.hash_text is None else prefix + media.hash_text
+    return Rendered(prefix + media.text, media.image_tokens, media.images, hashed)
+
+
+def _openai_fields(kind: str, body: dict, model: object, cfg: SimConfig, images: ImageCache) -> _Fields:
     """``/v1/completions`` and ``/v1/chat/completions``: vLLM's defaults and its 400/404 answers."""
     if model not in cfg.served_names:
         raise openai_error(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
@@ -285,10 +286,10 @@ def _openai_fields(kind: str, body: dict, model: object, cfg: SimConfig) -> _Fie
         return _Fields(text, ids, _int_field(body, "max_tokens") or 16, ignore_eos, stream, include_usage)
     if "messages" not in body:
         raise bad_request("'messages' is required", "messages")
-    text = render_tools(body.get("tools")) + render_chat(body["messages"])
+    media = _render(body["messages"], images, render_tools(body.get("tools")))
     max_tokens = _int_field(body, "max_completion_tokens") or _int_field(body, "max_tokens")
-    return _Fields(text, None, max_tokens or cfg.default_max_tokens, ignore_eos, stream, include_usage,
-                   default_max=max_tokens is None)
+    return _Fields(media.text, None, max_tokens or cfg.default_max_tokens, ignore_eos, stream, include_usage,
+                   default_max=max_tokens is None, media=media)
 
 
 def _check_model(model: object, cfg: SimConfig) -> None:
@@ -296,7 +297,7 @@ def _check_model(model: object, cfg: SimConfig) -> None:
         raise openai_error(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
 
 
-def _responses_fields(body: dict, model: object, cfg: SimConfig) -> _Fields:
+def _responses_fields(body: dict, model: object, cfg: SimConfig, images: ImageCache) -> _Fields:
     """``/v1/responses``: ``input`` is a string or a list of messages, ``instructions`` the system prompt,
     ``max_output_tokens`` the length; usage always comes on ``response.completed``."""
     _check_model(model, cfg)
@@ -309,11 +310,12 @@ def _responses_fields(body: dict, model: object, cfg: SimConfig) -> _Fields:
         messages = [{"role": "system", "content": instructions}, *messages]
     max_tokens = _int_field(body, "max_output_tokens")
     stream = bool(body.get("stream", False))
-    return _Fields(render_chat(messages), None, max_tokens or cfg.default_max_tokens,
-                   bool(body.get("ignore_eos", False)), stream, stream, default_max=max_tokens is None)
+    media = _render(messages, images)
+    return _Fields(media.text, None, max_tokens or cfg.default_max_tokens,
+                   bool(body.get("ignore_eos", False)), stream, stream, default_max=max_tokens is None, media=media)
 
 
-def _messages_fields(body: dict, model: object, cfg: SimConfig) -> _Fields:
+def _messages_fields(body: dict, model: object, cfg: SimConfig, images: ImageCache) -> _Fields:
     """``/v1/messages`` (Anthropic): ``messages`` and ``max_tokens`` are required, ``system`` is apart."""
     _check_model(model, cfg)
     if "messages" not in body:
@@ -328,7 +330,8 @@ def _messages_fields(body: dict, model: object, cfg: SimConfig) -> _Fields:
     if isinstance(system, str) and system and isinstance(messages, list):
         messages = [{"role": "system", "content": system}, *messages]
     stream = bool(body.get("stream", False))
-    return _Fields(render_chat(messages), None, max_tokens, bool(body.get("ignore_eos", False)), stream, stream)
+    media = _render(messages, images)
+    return _Fields(media.text, None, max_tokens, bool(body.get("ignore_eos", False)), stream, stream, media=media)
 
 
 def _sglang_fields(body: dict) -> _Fields:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import orjson
 
+from llmload.sim.pooling_wire import PoolingWire
 from llmload.sim.requests import GenRequest
 from llmload.sim.text import text_of
 from llmload.sim.wire import WIRES, ToolCallWire, Wire
@@ -266,4 +267,6 @@ def make_wire(req: GenRequest, dialect: str, request_id: str, created: int) -> W
     """The wire of ``req``'s route (a chat answer that calls a tool: :class:`~llmload.sim.wire.ToolCallWire`)."""
     if req.tool:
         return ToolCallWire(req, dialect, request_id, created)
+    if req.pooled is not None:
+        return PoolingWire(req, dialect, request_id, created)
     return _ALL_WIRES[req.kind](req, dialect, request_id, created)

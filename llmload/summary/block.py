@@ -106,10 +106,9 @@ def _pooling_lines(m: BenchmarkMetrics) -> list[str]:
              float_line("Request throughput (req/s):", m.request_throughput),
              float_line("Input throughput (inputs/s):", m.input_sequences / m.duration),
              float_line("Total token throughput (tok/s):", m.total_token_throughput)]
-    if "e2el" in m.selected_metrics:
-        name, title = _SECTIONS["e2el"]
-        lines.append(heading(title, "-"))
-        lines += _distribution_lines(m.e2el, name)
+    name, title = _SECTIONS["e2el"]
+    lines.append(heading(title, "-"))
+    lines += _distribution_lines(m.e2el, name)
     lines += queue_lines(m)
     lines.append("=" * WIDTH)
     return lines
@@ -152,11 +151,10 @@ def format_llmload_block(
         lines.append(int_line("Burstiness factor:", burstiness))
     if m.cancelled:  # failed requests: in vLLM's block above
         lines.append(int_line("Cancelled by the client:", m.cancelled))
-    lines += [
-        int_line("Cut off by end of run:", m.cut_off),
-        int_line("TTFT rule:", m.ttft_rule),
-    ]
-    if m.output_tokens_source:
+    lines.append(int_line("Cut off by end of run:", m.cut_off))
+    if not m.pooling:
+        lines.append(int_line("TTFT rule:", m.ttft_rule))
+    if m.output_tokens_source and not m.pooling:
         sources = ", ".join(f"{k} {v}" for k, v in sorted(m.output_tokens_source.items()))
         lines.append(int_line("Output tokens counted from:", sources))
     if m.prompt_tokens_mismatch:
@@ -269,17 +267,18 @@ def format_class_block(metrics: BenchmarkMetrics, *, by: str = "class") -> str:
             *([int_line("Cancelled by the client:", m.cancelled)] if m.cancelled else []),
             int_line("Cut off by end of run:", m.cut_off),
             int_line("Total input tokens:", m.total_input),
-            int_line("Total generated tokens:", m.total_output),
+            *([] if m.pooling else [int_line("Total generated tokens:", m.total_output)]),
             float_line("Request throughput (req/s):", m.request_throughput),
         ]
         if m.request_goodput is not None:
             lines.append(float_line("Request goodput (req/s):", m.request_goodput))
-        lines += [
-            float_line("Output token throughput (tok/s):", m.output_throughput),
-            float_line("Total token throughput (tok/s):", m.total_token_throughput),
-        ]
-        for key in METRIC_NAMES:
-            if key in m.selected_metrics:
+        if m.pooling:  # embeddings, rerank: no output tokens, no first token; E2EL whatever the run selected
+            lines.append(float_line("Input throughput (inputs/s):", m.input_sequences / m.duration))
+        else:
+            lines.append(float_line("Output token throughput (tok/s):", m.output_throughput))
+        lines.append(float_line("Total token throughput (tok/s):", m.total_token_throughput))
+        for key in ("e2el",) if m.pooling else METRIC_NAMES:
+            if m.pooling or key in m.selected_metrics:
                 lines += _distribution_lines(getattr(m, key), _SECTIONS[key][0])
     lines.append("=" * WIDTH)
     return "\n".join(lines)

@@ -86,7 +86,7 @@ class AnthropicMessages(Backend):
     def add_images(self, body: dict, images: list[str]) -> None:
         """Anthropic's image blocks after the text: a ``data:`` URL as a ``base64`` source (its media type and
         data), another URL as a ``url`` source."""
-        with_parts(body["messages"], "text", [_image_block(url) for url in images])
+        body["messages"] = with_parts(body["messages"], "text", [_image_block(url) for url in images])
 
     def _event(self, data: dict, state: Any) -> StreamEvent:
         kind = data.get("type")

@@ -228,16 +228,16 @@ class Backend:
         return f"<{type(self).__name__} {self.name!r} {self.default_path}>"
 
 
-def with_parts(messages: list[dict], text_type: str, parts: list[dict]) -> None:
-    """Turn the last user message's content into ``[{"type": text_type, "text": ...}, *parts]`` (text first, as
-    vLLM's benchmark sends images); a content that is already a list of parts gets ``parts`` appended."""
-    for i in range(len(messages) - 1, -1, -1):
-        message = messages[i]
-        if message.get("role") == "user":  # a new dict: the sample's own messages stay as they are
+def with_parts(messages: list[dict], text_type: str, parts: list[dict]) -> list[dict]:
+    """``messages`` with the last user message's content made ``[{"type": text_type, "text": ...}, *parts]`` (text
+    first, as vLLM's benchmark sends images; a content that is already parts gets ``parts`` appended). A new list:
+    the sample's own messages stay as they are."""
+    out = list(messages)
+    for i in range(len(out) - 1, -1, -1):
+        message = out[i]
+        if message.get("role") == "user":
             content = message.get("content")
-            if isinstance(content, list):
-                messages[i] = {**message, "content": [*content, *parts]}
-            else:
-                messages[i] = {**message, "content": [{"type": text_type, "text": content or ""}, *parts]}
-            return
-    messages.append({"role": "user", "content": parts})
+            head = content if isinstance(content, list) else [{"type": text_type, "text": content or ""}]
+            out[i] = {**message, "content": [*head, *parts]}
+            return out
+    return [*out, {"role": "user", "content": parts}]

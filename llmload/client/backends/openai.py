@@ -145,4 +145,5 @@ class OpenAIChat(OpenAICompletions):
 
 def add_image_urls(body: dict, images: list[str]) -> None:
     """OpenAI chat's image parts, ``{"type": "image_url", "image_url": {"url": ...}}``, after the text."""
-    with_parts(body["messages"], "text", [{"type": "image_url", "image_url": {"url": url}} for url in images])
+    body["messages"] = with_parts(body["messages"], "text",
+                                  [{"type": "image_url", "image_url": {"url": url}} for url in images])

@@ -92,3 +92,20 @@ class VLLMRerank(PoolingBackend):
         if not isinstance(data, dict) or not isinstance(data.get("results"), list):
             raise EndpointError(f"{self.name}: the answer has no 'results' list")
         return _usage_prompt_tokens(data)
+
+
+def grounded_prompt(inputs: list[str]) -> str:
+    """A generation request made of a rerank sample (a RAG workload's last step): its documents as context, then its
+    query. The record keeps the dataset's ``prompt_len`` (the rerank's count); the server's usage says what was read."""
+    documents = "\n\n".join(inputs[1:])
+    return f"Answer from these documents.\n\n{documents}\n\nQuestion: {inputs[0]}"
+
+
+def pooled_inputs(backend: str, inputs: list[str] | None) -> int:
+    """vLLM's ``num_input_sequences`` of a pooling request: a rerank's documents, an embeddings batch's prompts
+    (1 for a single prompt; the chat form is one conversation)."""
+    if backend == "vllm-rerank":
+        return len(inputs) - 1 if inputs else 0
+    if backend == "openai-embeddings-chat" or not inputs:
+        return 1
+    return len(inputs)

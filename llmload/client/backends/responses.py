@@ -69,8 +69,7 @@ class OpenAIResponses(Backend):
         """Responses' parts: ``input_text`` then ``{"type": "input_image", "image_url": url}`` each."""
         given = body["input"]
         messages = [{"role": "user", "content": given}] if isinstance(given, str) else given
-        with_parts(messages, "input_text", [{"type": "input_image", "image_url": url} for url in images])
-        body["input"] = messages
+        body["input"] = with_parts(messages, "input_text", [{"type": "input_image", "image_url": url} for url in images])
 
     def _event(self, data: dict, state: Any) -> StreamEvent:
         kind = data.get("type")

@@ -5,6 +5,7 @@ and the ``--engine-trace`` ground truth.
     shared.py       SharedStats (all workers' blocks in shared memory) and WorkerStats (one worker's writes)
     render.py       the Prometheus text exposition of the shared blocks
     enginetrace.py  --engine-trace: one line per published scheduler state
+    mm_cache.py     vLLM's multimodal cache counters (served once an image was seen)
 """
 
 from __future__ import annotations

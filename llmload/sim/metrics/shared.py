@@ -23,13 +23,14 @@ from llmload.sim.metrics.spec import FINISH_REASONS, HISTOGRAMS, Dialect
 #: a worker block's scalars, in order; ``success_<reason>`` count ended requests by vLLM finish reason
 SCALARS = ("running", "waiting", "kv_usage", "kv_tokens", "kv_capacity", "batch_hit_rate", "prefix_queries",
            "prefix_hits", "prompt_tokens", "generation_tokens", "cached_tokens", "preemptions", "requests",
-           "aborted", *(f"success_{reason}" for reason in FINISH_REASONS))
+           "aborted", *(f"success_{reason}" for reason in FINISH_REASONS), "mm_queries", "mm_hits")
 SLOT = MappingProxyType({name: i for i, name in enumerate(SCALARS)})
 _RUNNING, _WAITING, _KV_USAGE, _KV_TOKENS = SLOT["running"], SLOT["waiting"], SLOT["kv_usage"], SLOT["kv_tokens"]
 _KV_CAPACITY, _HIT_RATE = SLOT["kv_capacity"], SLOT["batch_hit_rate"]
 _QUERIES, _HITS = SLOT["prefix_queries"], SLOT["prefix_hits"]
 _PROMPT, _GENERATED, _CACHED = SLOT["prompt_tokens"], SLOT["generation_tokens"], SLOT["cached_tokens"]
 _REQUESTS, _ABORTED, _SUCCESS = SLOT["requests"], SLOT["aborted"], SLOT["success_stop"]
+_MM_QUERIES, _MM_HITS = SLOT["mm_queries"], SLOT["mm_hits"]
 
 
 class SharedStats:
@@ -93,6 +94,12 @@ class WorkerStats:
         v[b + _QUERIES] = queries
         v[b + _HITS] = hits
         v[b + _HIT_RATE] = batch_hit_rate
+
+    def set_mm_cache(self, queries: int, hits: int) -> None:
+        """The multimodal cache's running totals (images looked up, images seen before)."""
+        v, b = self._view, self._base
+        v[b + _MM_QUERIES] = queries
+        v[b + _MM_HITS] = hits
 
     def add_generated(self, tokens: int) -> None:
         """Tokens the engine produced in a step (vLLM counts them then; SGLang when the request ends)."""

@@ -12,8 +12,11 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from llmload.sim.errors import openai_error
+from llmload.sim.metrics.mm_cache import render_mm_cache
 from llmload.sim.metrics.render import CONTENT_TYPE
-from llmload.sim.requests import ROUTES, openai_error
+from llmload.sim.pooling import POOLING_ROUTES
+from llmload.sim.requests import ROUTES
 from llmload.tokenizer import BUILTIN
 
 if TYPE_CHECKING:
@@ -24,7 +27,7 @@ if TYPE_CHECKING:
 REASONS = MappingProxyType({
     200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 411: "Length Required",
     413: "Payload Too Large", 422: "Unprocessable Entity", 429: "Too Many Requests", 500: "Internal Server Error",
-    503: "Service Unavailable",
+    501: "Not Implemented", 503: "Service Unavailable",
 })
 MAX_BODY = 64 * 1024 * 1024
 MAX_HEAD = 65536
@@ -117,7 +120,7 @@ class HttpFront:
             self._next_request(conn)
 
     def _dispatch(self, conn: Conn, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
-        kind = ROUTES.get(path)
+        kind = ROUTES.get(path) or POOLING_ROUTES.get(path)
         if kind is not None:
             if method != "POST":
                 self._respond(conn, 405, openai_error(405, f"use POST for {path}", "MethodNotAllowed").body)
@@ -136,7 +139,8 @@ class HttpFront:
             self._respond(conn, 200, orjson.dumps(self.stats()))
             self.loop.reset_lateness()
         elif path == "/metrics" and method == "GET":
-            page = self.exposition.render() + self._lora_info() + self._spec_decode()
+            page = (self.exposition.render() + self._lora_info() + self._spec_decode()
+                    + render_mm_cache(self.exposition.shared, self.config.dialect, self.config.model))
             self._respond(conn, 200, page, content_type=CONTENT_TYPE)
         else:
             err = openai_error(404, f"no route for {method} {path}", "NotFoundError")

@@ -62,7 +62,8 @@ class Observing:
             return
         now = time.monotonic()
         req = job.req
-        finish = "length" if req.output_tokens >= req.max_tokens else "stop"
+        # a pooling request ends as vLLM ends it: "stop" (it has no max_tokens to reach)
+        finish = "length" if req.output_tokens >= req.max_tokens and req.pooled is None else "stop"
         reason = "abort" if status in ABORTED else finish
         seq = job.seq
         if self.engine is None:

@@ -12,12 +12,14 @@ from __future__ import annotations
 import time
 from heapq import heappush
 from time import monotonic
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 import orjson
 
 from llmload.sim.engine import Seq
-from llmload.sim.requests import GenRequest, RequestError, extra_forbidden, openai_error
+from llmload.sim.errors import RequestError, extra_forbidden, openai_error
+from llmload.sim.requests import GenRequest
 from llmload.sim.server.conn import OUT, Conn, Job
 from llmload.sim.server.http import END_CHUNKED, STREAM_HEAD, frame
 from llmload.sim.server.tracefile import traced_request
@@ -35,6 +37,11 @@ if TYPE_CHECKING:
     from llmload.sim.prefix_cache import PrefixCache
     from llmload.sim.requests import RequestParser
     from llmload.sim.server.tracefile import TraceFile
+
+
+#: request kind -> the prefix of its response id, as vLLM names them (others: ``cmpl``)
+ID_PREFIXES = MappingProxyType({"chat": "chatcmpl", "responses": "resp", "messages": "msg", "embeddings": "embd",
+                                "pooling": "pool", "rerank": "rerank"})
 
 
 class Streaming:
@@ -90,8 +97,7 @@ class Streaming:
         self.requests += 1
         if self.first_request_at is None:
             self.first_request_at = received
-        prefix = {"chat": "chatcmpl", "responses": "resp", "messages": "msg"}.get(kind, "cmpl")
-        request_id = f"{prefix}-{self._id_prefix}-{next(self._ids)}"
+        request_id = f"{ID_PREFIXES.get(kind, 'cmpl')}-{self._id_prefix}-{next(self._ids)}"
         wire = make_wire(req, self.config.dialect, request_id, int(self.wall_offset + received))
         job = Job(conn, req, wire, request_id, headers.get("x-request-id", ""), path)
         job.received = received
@@ -99,6 +105,8 @@ class Streaming:
         if self.config.trace_requests:
             job.traced_request = traced_request(headers, body)
         conn.job = job
+        if req.images:
+            self.metrics.set_mm_cache(self.parser.images.queries, self.parser.images.hits)
         fault = self.faults.pick()
         job.fault = fault
         if fault is not None:
@@ -172,7 +180,9 @@ class Streaming:
 
     def _to_engine(self, job: Job, now: float) -> None:
         """The engine takes the request; it loads the request's adapter when it admits it (sim/engine.py)."""
-        job.seq = Seq(job, job.req.prompt_tokens, job.req.output_tokens, job.req.block_hashes, job.req.adapter)
+        req = job.req
+        job.seq = Seq(job, req.prompt_tokens, req.output_tokens, req.block_hashes, req.adapter,
+                      prefill_only=req.pooled is not None)
         self.engine.add(job.seq)
         if self._step_deadline is None:
             self._begin_step(now)
@@ -198,7 +208,9 @@ class Streaming:
         late = int((now - deadline) * 100_000)
         self._lateness[0 if late < 0 else (late if late < 10_000 else 10_000)] += 1
         req = job.req
-        n = 1 if job.generated == 0 else min(self.config.tokens_per_chunk, req.output_tokens - job.generated)
+        # the first chunk is one token (none for a pooling request: its answer goes out when the prefill is done)
+        n = min(1, req.output_tokens) if job.generated == 0 else min(self.config.tokens_per_chunk,
+                                                                      req.output_tokens - job.generated)
         self.metrics.add_generated(n)
         if self._emit(job, n, now):
             nxt = deadline + self._itl_s * self._slowness(deadline)

@@ -60,6 +60,11 @@ def trace_entry(job: Job, status: str, wall_offset: float) -> dict:
         entry["structured"] = req.structured
     if req.tool:  # a chat answer that called this function (tools.py)
         entry["tool_call"] = req.tool
+    if req.images:  # the prompt's images, and the prompt tokens (of prompt_tokens) they cost (images.py)
+        entry["images"] = req.images
+        entry["image_tokens"] = req.image_tokens
+    if req.pooled is not None:  # a pooling request: how many inputs (rerank: documents) it pooled
+        entry["inputs"] = len(req.pooled.texts)
     if req.trace_prompt is not None:
         as_messages = req.kind in ("chat", "messages") or (req.kind == "responses"
                                                           and isinstance(req.trace_prompt, list))

@@ -29,7 +29,8 @@
                    ["cancelled", "cancelled", 0], ["requests_per_s", "req/s", 2],
                    ["output_tokens_per_s", "output tok/s", 1], ["ttft_ms.p50", "TTFT p50 (ms)", 1],
                    ["ttft_ms.p99", "TTFT p99 (ms)", 1], ["tpot_ms.p50", "TPOT p50 (ms)", 2],
-                   ["goodput_per_s", "goodput (req/s)", 2]];
+                   ["e2el_ms.p50", "E2E p50 (ms)", 1], ["e2el_ms.p99", "E2E p99 (ms)", 1],
+                   ["input_tokens_per_s", "input tok/s", 1], ["goodput_per_s", "goodput (req/s)", 2]];
 
   function el(tag, attrs, children) {
     var node = document.createElement(tag);
