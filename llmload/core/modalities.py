@@ -36,7 +36,7 @@ def check_modalities(options: Any) -> None:
     backend = get_backend(option_value(options, "backend"))
     name = option_value(options, "dataset_name")
     batch = int(option_value(options, "random_batch_size"))
-    if batch != 1 and name == "random" and not backend.pooling:
+    if batch != 1 and name != "random-rerank" and not backend.pooling:
         raise ConfigError("--random-batch-size puts several prompts into one pooling request: it needs a pooling "
                           "--backend (openai-embeddings, vllm-pooling, vllm-rerank)")
     if batch != 1 and name not in ("random", "random-rerank"):

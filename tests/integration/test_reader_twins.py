@@ -64,7 +64,10 @@ def recordings(start_sim_module) -> list[tuple[str, str, bytes]]:
         for name in BACKENDS:
             backend = get_backend(name)
             for i in range(REQUESTS[what]):
-                body = orjson.dumps(backend.build_body(f"tell me {i}", OUTPUT, model=MODEL, ignore_eos=True))
+                # a pooling dialect's body: a query (or a batch) and documents, as its datasets make them
+                inputs = [f"tell me {i}", "doc a", "doc b"] if backend.pooling else None
+                body = orjson.dumps(backend.build_body(f"tell me {i}", OUTPUT, model=MODEL, ignore_eos=True,
+                                                       inputs=inputs))
                 out.append((f"{what}/{name}/{i}", name, recorded(sim, backend.default_path, body)))
     return out
 
