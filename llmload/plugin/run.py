@@ -122,13 +122,24 @@ class LocustRun(ShareRole, ClusterRole, RunState):
         the options changed) and build its schedule. LLMLoadError: one line, the run cannot start."""
         from llmload.core.run import Run, RunConfig, Target
         from llmload.options import api_key, normalize_options
-        from llmload.plugin.setup import class_weights, configure_classes, conversation_settings, workload_key
+        from llmload.plugin.setup import (
+            class_weights,
+            configure_classes,
+            conversation_settings,
+            user_classes,
+            workload_key,
+        )
 
         opts = self.options
         normalize_options(opts)  # the web UI's start form gives strings back
         conversation_settings(opts, self.environment)
         config = RunConfig.from_options(opts, live=not self.headless)
         host = (self.environment.host or "").rstrip("/")
+        if not host and self.headless and not any(getattr(c, "host", None) for c in user_classes(self.environment)):
+            from llmload.common.errors import ConfigError
+
+            raise ConfigError("no server to load: give --host, e.g. --host http://127.0.0.1:8000 (`llmload bench` "
+                              "starts the simulator when no server is given; `locust -f` does not)")
         key = workload_key(opts, host)
         if key != self._workload_key or self.core is None:
             target = Target.resolve(opts, host, api_key(opts), lenient=True)

@@ -240,6 +240,13 @@ def test_a_bad_spill_threshold_or_part_length_exits_2_before_any_request(
     assert counting_server.count() == 0, f"a request reached the server\n{run.describe()}"
 
 
+def test_locust_headless_without_a_host_exits_2_with_one_line(child_runner) -> None:
+    run = child_runner.locust("-f", "locustfiles/sharegpt.py", "--headless", "-u", "1", "-t", "5s",
+                              "--tokenizer", "builtin", "--num-prompts", "2", timeout=60)
+    assert run.returncode == 2, run.describe()
+    assert "no server to load: give --host" in run.stderr and "Traceback" not in run.stderr, run.describe()
+
+
 # -- 1: runtime failures ------------------------------------------------------------------------------------
 
 
