@@ -243,13 +243,15 @@ def _values(groups: Sequence[_Group], key: str) -> np.ndarray | LogHistogram:
     return merged
 
 
-def _live_summary(values: np.ndarray | LogHistogram, percentiles: Sequence[float]) -> dict[str, float]:
+def _live_summary(values: np.ndarray | LogHistogram, percentiles: Sequence[float]) -> dict[str, float | None]:
     """``{count, mean, p50, p90, p99}`` in ms: exact (:class:`Distribution`) or from the histogram."""
     if isinstance(values, LogHistogram):
         out = {"count": values.total, "mean": values.mean * 1000.0}
         out.update({f"p{int(p)}": values.percentile(p) * 1000.0 for p in percentiles})
         return out
     dist = Distribution.of(values, percentiles)
+    if not dist.count:  # no value is not 0 ms (a pooling class has no first token): the tab shows "–"
+        return {"count": 0, "mean": None, **{f"p{int(p)}": None for p in percentiles}}
     return {"count": dist.count, "mean": dist.mean_ms, **{f"p{int(p)}": v for p, v in dist.percentiles_ms}}
 
 

@@ -182,3 +182,47 @@ def test_tab_draws_the_model_table_and_posts_model_slos() -> None:
             assert parse_slos(posted[-1]) == {"ttft": 500.0, "model=a": {"ttft": 150.0}, "model=b": {"e2el": 900.0}}
         finally:
             chrome.close()
+
+
+def pooling_records(t0: float) -> list[RequestRecord]:
+    """A RAG mix: "Embed" pooling requests (no first token; E2E 40 and 60 ms, 4 inputs of 50 tokens each) and
+    "Chat" streams (TTFT 100 ms)."""
+    def embed(start: float, e2e: float) -> RequestRecord:
+        return RequestRecord(start=t0 + start, chunk_times=[t0 + start + e2e], chunk_tokens=[0], success=True,
+                             output_tokens_source="usage", prompt_len=200, server_prompt_tokens=200,
+                             input_sequences=4, user_class="Embed", backend="openai-embeddings")
+
+    def chat(start: float) -> RequestRecord:
+        chunks = [t0 + start + 0.1 + 0.01 * k for k in range(3)]
+        return RequestRecord(start=t0 + start, first_token=chunks[0], chunk_times=chunks, chunk_tokens=[1] * 3,
+                             output_tokens=3, success=True, prompt_len=10, user_class="Chat")
+    return [embed(0.0, 0.04), embed(0.1, 0.06), chat(0.2)]
+
+
+@pytest.mark.needs("chromium")
+def test_tab_shows_e2e_and_input_throughput_for_pooling_classes() -> None:
+    sync_playwright = playwright_or_skip()
+    now = [10.0]
+    stats = LiveStats([], clock=lambda: now[0])
+    stats.source.extend(pooling_records(10.0))
+    now[0] = 12.0
+    body = payload(stats)
+    with sync_playwright() as pw:
+        chrome = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = chrome.new_page()
+            serve(page, body)
+            page.goto(f"{ORIGIN}/llm/")
+            page.wait_for_function("() => document.querySelectorAll('#llm-parts-body tr').length === 2",
+                                   timeout=15000)
+            parts = shown_parts(page)
+            embed, chat = parts["class:Embed"], parts["class:Chat"]
+            assert float(embed["e2el_ms.p50"]) == pytest.approx(50.0)
+            assert float(embed["e2el_ms.p99"]) == pytest.approx(59.8)
+            assert float(embed["input_tokens_per_s"]) > 0 and float(embed["requests_per_s"]) > 0
+            assert embed["ttft_ms.p50"] == ""  # no first token: an empty cell ("–"), not 0
+            assert float(chat["ttft_ms.p50"]) == pytest.approx(100.0)
+            headers = page.evaluate("() => [...document.querySelectorAll('#llm-parts th')].map(th => th.textContent)")
+            assert "E2E p50 (ms)" in headers and "input tok/s" in headers
+        finally:
+            chrome.close()

@@ -155,7 +155,7 @@ def test_live_numbers_match_numpy_and_rates_use_the_span() -> None:
 def test_empty_accumulator_gives_zeros() -> None:
     live = MetricsAccumulator().live(0.0)
     assert live["completed"] == 0 and live["requests_per_s"] == 0.0
-    assert live["ttft_ms"] == {"count": 0, "mean": 0.0, "p50": 0.0, "p90": 0.0, "p99": 0.0}
+    assert live["ttft_ms"] == {"count": 0, "mean": None, "p50": None, "p90": None, "p99": None}
 
 
 def test_itl_limit_switches_to_the_histogram() -> None:
