@@ -10,9 +10,12 @@ from llmload.core.observe import RunObserver, server_scraper
 from llmload.core.saturation import SaturationRule
 
 
-def bench_observer(plan: Any, base_url: str, env: Any, master: Any, interrupts: Any) -> RunObserver:
-    """The observer of one bench run: scraping (unless off or unanswered), the saturation test in open loop."""
+def bench_observer(plan: Any, base_url: str, env: Any, master: Any, interrupts: Any,
+                   simulator: bool = False) -> RunObserver:
+    """The observer of one bench run: scraping (unless off or unanswered), GPU telemetry (docs/energy.md), the
+    saturation test in open loop."""
     from llmload.core.state import state_of
+    from llmload.energy import gpu_telemetry
     from llmload.exporter.wiring import master_in_flight
 
     args = plan.args
@@ -26,4 +29,6 @@ def bench_observer(plan: Any, base_url: str, env: Any, master: Any, interrupts: 
     else:
         def in_flight() -> int:
             return master_in_flight(master.bench)
-    return RunObserver(scraper, rule, in_flight, interrupts.stop, bool(args.stop_on_saturation), log)
+    telemetry = gpu_telemetry(args, base_url, simulator, log)
+    return RunObserver(scraper, rule, in_flight, interrupts.stop, bool(args.stop_on_saturation), log,
+                       telemetry=telemetry, energy_price_kwh=getattr(args, "energy_price_kwh", None))

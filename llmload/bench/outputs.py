@@ -62,6 +62,9 @@ def conclude(done: Finished) -> Concluded:
     wrote = True
     if plan.save:
         wrote, paths = _save(done, data, records)
+    from llmload.exporter.exports import export_run
+
+    export_run(args, records, data, paths, server_address=done.run.target.base_url, say=log)
     return Concluded(_exit_code(args, metrics, outcome, wrote), metrics, data, *paths)
 
 
@@ -98,13 +101,14 @@ def _print_summary(done: Finished, metrics: Any, records: list, health_report: d
     interrupted = signal_name(outcome.interrupted_by) if outcome.interrupted_by is not None else None
     print(format_accounting(not_sent=outcome.unsent, planned=done.run.planned, interrupted_by=interrupted,
                             workers=outcome.workers, lost=outcome.lost))
-    _print_observed(outcome.observed)
+    _print_observed(outcome.observed, metrics)
     sys.stdout.flush()
 
 
-def _print_observed(observed: Any) -> None:
-    """The server's metrics block and the saturation verdict (docs/observability.md)."""
-    text = observed.summary_text() if observed is not None else ""
+def _print_observed(observed: Any, metrics: Any) -> None:
+    """The GPU energy block, the server's metrics block and the saturation verdict (docs/observability.md,
+    docs/energy.md)."""
+    text = observed.summary_text(metrics) if observed is not None else ""
     if text:
         print(text)
 

@@ -9,6 +9,7 @@ examples:
   llmload sim --dialect transformers --error-rate 0.05 --trace-file trace.jsonl
   llmload sim --prefix-cache-tokens 200000 --reasoning-tokens 32   # cache hits cut TTFT; chat streams think first
   llmload sim --dialect sglang --engine-trace engine.jsonl         # /metrics in SGLang's names, with its ground truth
+  llmload sim --gpus 2 --gpu-energy-reset-after 60                 # /dcgm/metrics for 2 GPUs; energy resets at 60 s
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ import argparse
 import sys
 
 from llmload.options import argtypes
-from llmload.sim.config import DEFAULT_PROFILE, DIALECTS, PROFILES, Faults, SimConfig
+from llmload.sim.config import DEFAULT_PROFILE, DIALECTS, PROFILES, Faults, GpuModel, SimConfig
 
 _FAULT_FLAGS = ("error_rate", "disconnect_rate", "stall_rate", "malformed_rate", "slow_headers_rate",
                 "not_streamed_rate")
+#: the GPU flags' defaults (an immutable instance)
+_GPU = GpuModel()
 
 
 def _codes(text: str) -> tuple[int, ...]:
@@ -37,6 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _server_and_timing(parser)
     _cache_and_generation(parser)
     _faults_and_trace(parser)
+    _gpus(parser)
 
 
 def _server_and_timing(parser: argparse.ArgumentParser) -> None:
@@ -145,6 +149,51 @@ def _faults_and_trace(parser: argparse.ArgumentParser) -> None:
                      help="request header recorded as the trace's session (default: %(default)s)")
 
 
+def _gpus(parser: argparse.ArgumentParser) -> None:
+    gpu = parser.add_argument_group("GPUs (GET /dcgm/metrics: dcgm-exporter's page, from a power model of the "
+                                    "engine's work; docs/simulator.md, \"GPU telemetry\")")
+    gpu.add_argument("--gpus", type=argtypes.positive_int, default=_GPU.count, metavar="N",
+                     help="GPUs each engine replica runs on, tensor parallel: its work's energy is split evenly "
+                          "over them; the timing does not change (default: %(default)s; --workers W: W*N GPUs)")
+    gpu.add_argument("--gpu-idle-watts", type=argtypes.non_negative, default=_GPU.idle_watts, metavar="W",
+                     help="what each GPU draws with no work (default: %(default)s, an H100 idling)")
+    gpu.add_argument("--gpu-max-watts", type=argtypes.positive, default=_GPU.max_watts, metavar="W",
+                     help="each GPU's power limit: the power gauge never shows more; steps that ask for more "
+                          "count as power violation (default: %(default)s, an H100 SXM's)")
+    gpu.add_argument("--gpu-joules-per-prefill-token", type=argtypes.non_negative,
+                     default=_GPU.joules_per_prefill_token, metavar="J",
+                     help="energy of one prefilled prompt token, all GPUs together (default: %(default)s: "
+                          "an 8B model's 16 GFLOP a token on an H100)")
+    gpu.add_argument("--gpu-joules-per-decode-step", type=argtypes.non_negative,
+                     default=_GPU.joules_per_decode_step, metavar="J",
+                     help="energy of one engine step that decodes, all GPUs together (default: %(default)s: "
+                          "reading an 8B model's weights from HBM once)")
+    gpu.add_argument("--gpu-name", default=_GPU.name, metavar="NAME", help="modelName label (default: %(default)s)")
+    gpu.add_argument("--gpu-memory-mib", type=argtypes.positive_int, default=_GPU.memory_mib, metavar="MIB",
+                     help="each GPU's framebuffer, FB_USED + FB_FREE (default: %(default)s, an H100 80GB's)")
+    gpu.add_argument("--gpu-hostname", default=_GPU.hostname, metavar="NAME",
+                     help="Hostname label (default: %(default)s)")
+    gpu.add_argument("--gpu-driver-version", default=_GPU.driver_version, metavar="V",
+                     help="DCGM_FI_DRIVER_VERSION label (default: %(default)s)")
+    gpu.add_argument("--gpu-energy-reset-after", type=argtypes.non_negative, metavar="SECONDS",
+                     help="a driver reload: this long after the start, the energy and violation counters restart "
+                          "from 0, once (default: never)")
+
+
+def _gpu_model(args: argparse.Namespace) -> GpuModel:
+    from llmload.common.errors import ConfigError
+
+    if args.gpu_max_watts < args.gpu_idle_watts:
+        raise ConfigError("--gpu-max-watts must be at least --gpu-idle-watts")
+    return GpuModel(
+        count=args.gpus, idle_watts=args.gpu_idle_watts, max_watts=args.gpu_max_watts,
+        joules_per_prefill_token=args.gpu_joules_per_prefill_token,
+        joules_per_decode_step=args.gpu_joules_per_decode_step, name=args.gpu_name, memory_mib=args.gpu_memory_mib,
+        hostname=args.gpu_hostname, driver_version=args.gpu_driver_version,
+        energy_reset_after_s=args.gpu_energy_reset_after,
+    )
+
+
 def config_from_args(args: argparse.Namespace) -> SimConfig:
     from dataclasses import replace
 
@@ -189,7 +238,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         session_header=args.session_header.strip(), trace_prompts=args.trace_prompts,
         trace_requests=args.trace_requests,
         degrade_after_s=args.degrade_after, degrade_factor=args.degrade_factor,
-        invalid_json_rate=args.invalid_json_rate, tool_call_rate=args.tool_call_rate,
+        invalid_json_rate=args.invalid_json_rate, tool_call_rate=args.tool_call_rate, gpu=_gpu_model(args),
     )
 
 

@@ -36,10 +36,30 @@ class Observed:
     saturation: Verdict | None = None
     stopped_on_saturation: bool = False
     scrape_url: str = ""
+    #: the GPU telemetry's scrapes (:class:`~llmload.energy.summary.GpuScrape`), where it came from, and
+    #: ``--energy-price-kwh``
+    gpu_scrapes: Sequence[Any] = field(default_factory=list)
+    gpu_sources: dict[str, Any] | None = None
+    energy_price_kwh: float | None = None
 
-    def summary_text(self) -> str:
-        """The summary's Server metrics block and the saturation verdict ('' when there is neither)."""
+    def energy(self, metrics: Any) -> dict[str, Any]:
+        """The energy keys over the run (:func:`llmload.energy.summary.energy_keys`; {} without telemetry)."""
+        if not self.gpu_scrapes or metrics is None:
+            return {}
+        from llmload.energy.summary import energy_keys
+
+        return energy_keys(self.gpu_scrapes, output_tokens=metrics.total_output, completed=metrics.completed,
+                           price_kwh=self.energy_price_kwh)
+
+    def summary_text(self, metrics: Any = None) -> str:
+        """The summary's Server metrics block, the GPU energy block (given the run's metrics) and the saturation
+        verdict ('' when there is none of them)."""
         lines = []
+        energy = self.energy(metrics)
+        if energy:
+            from llmload.energy.report import format_energy_block
+
+            lines.append(format_energy_block(energy))
         if self.server is not None:
             from llmload.servermetrics.summarize import format_block
 
@@ -56,9 +76,16 @@ class Observed:
                 lines.append(f"{'Stopped on saturation:':<40} {'yes':<10}")
         return "\n".join(lines)
 
-    def result_keys(self) -> dict[str, Any]:
-        """llmload's own result JSON keys: ``server_metrics`` (when scraped) and ``saturation`` (open loop)."""
+    def result_keys(self, metrics: Any = None) -> dict[str, Any]:
+        """llmload's own result JSON keys: the energy keys (with GPU telemetry and the run's metrics; vLLM's
+        ``gpu_energy_*`` names at the top, the per-GPU summary under ``gpu_metrics``), ``server_metrics`` (when
+        scraped) and ``saturation`` (open loop)."""
         out: dict[str, Any] = {}
+        energy = self.energy(metrics)
+        if energy:
+            gpus = energy.pop("gpus")
+            out.update(energy)
+            out["gpu_metrics"] = {**(self.gpu_sources or {}), "gpus": gpus}
         if self.server is not None:
             out["server_metrics"] = self.server
         if self.saturation is not None:
@@ -70,6 +97,10 @@ def save_series(observed: Observed | None, records_path: Path, say: Callable[[st
     """The scraped series next to the records file (``X.server_metrics.jsonl``), on the records' clock, for
     every way in (``llmload bench --save-result``, ``locust -f --llm-records``). A failure is one line; the
     records already written stay. Returns the path written, or None."""
+    if observed is not None and observed.gpu_scrapes:
+        from llmload.energy.report import save_gpu_series
+
+        save_gpu_series(observed.gpu_scrapes, records_path, say)
     if observed is None or not observed.snapshots:
         return None
     from llmload.core.messages import clock_offset
@@ -124,8 +155,12 @@ class RunObserver:
 
     def __init__(self, scraper: Any | None, rule: SaturationRule | None, in_flight: Callable[[], int],
                  stop: Event | None = None, stop_on_saturation: bool = False,
-                 log: Callable[[str], None] = lambda _m: None) -> None:
+                 log: Callable[[str], None] = lambda _m: None, telemetry: Any = None,
+                 energy_price_kwh: float | None = None) -> None:
         self.scraper = scraper
+        #: GPU telemetry (:class:`~llmload.energy.telemetry.GpuTelemetry`), scraped beside the server's metrics
+        self.telemetry = telemetry
+        self.energy_price_kwh = energy_price_kwh
         self.monitor = SaturationMonitor(rule) if rule is not None else None
         self.in_flight = in_flight
         self.stop_event = stop
@@ -157,6 +192,8 @@ class RunObserver:
             self.monitor.start = self.start
         if self.scraper is not None:
             self.scraper.start()
+        if self.telemetry is not None:
+            self.telemetry.start()
         if self.monitor is not None:
             self._greenlet = gevent.spawn(self._watch)
 
@@ -165,7 +202,10 @@ class RunObserver:
         self.end = perf_counter()
         if self._greenlet is not None:
             self._greenlet.kill()
-        observed = Observed(stopped_on_saturation=self.stopped_on_saturation)
+        observed = Observed(stopped_on_saturation=self.stopped_on_saturation, energy_price_kwh=self.energy_price_kwh)
+        if self.telemetry is not None:
+            self.telemetry.stop()
+            observed.gpu_scrapes, observed.gpu_sources = self.telemetry.scrapes, self.telemetry.describe()
         if self.scraper is not None:
             from llmload.servermetrics.summarize import summarize
 

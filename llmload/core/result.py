@@ -57,7 +57,7 @@ def result_data(*, options: Any, metrics: Any, model_id: str, tokenizer_id: str,
 
     data.update(deployment_from(options).result_keys(metrics.output_throughput, metrics.total_token_throughput))
     if observed is not None:
-        data.update(observed.result_keys())
+        data.update(observed.result_keys(metrics))
     if workload is not None:
         data.update(workload.result_keys())
     if workers is not None:

@@ -174,6 +174,17 @@ def mm_buckets(text: str) -> dict[tuple[int, int, int], float]:
         raise ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
 
 
+def gpu_ids(text: str) -> list[int]:
+    """``--energy-gpu-ids``: comma-separated GPU indexes (``0,1``), each >= 0, no repeats."""
+    parts = [p.strip() for p in str(text).split(",")]
+    if not all(p.isdigit() for p in parts):
+        raise ArgumentTypeError(f"expected GPU indexes like 0,1, got {text!r}")
+    ids = [int(p) for p in parts]
+    if len(set(ids)) != len(ids):
+        raise ArgumentTypeError(f"a GPU index appears twice in {text!r}")
+    return ids
+
+
 def port(text: str) -> int:
     value = integer(text)
     if not 0 < value < 65536:

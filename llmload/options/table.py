@@ -20,6 +20,7 @@ from llmload.common.choices import (
     TTFT_RULES,
 )
 from llmload.datasets import DATASET_NAMES
+from llmload.options.energy_options import ENERGY_OPTIONS
 from llmload.options.request_options import REQUEST_OPTIONS
 from llmload.options.run_options import RUN_OPTIONS
 from llmload.options.spec import Option, Scope
@@ -373,7 +374,7 @@ _WEB_UI = (
 
 #: every llmload option, in ``llmload bench --help`` order within each group
 OPTIONS: tuple[Option, ...] = (*_TARGET, *_WORKLOAD, *VLLM_DATASET_OPTIONS, *REQUEST_OPTIONS, *_TRACE, *_SESSIONS, *_CONVERSATIONS, *_ARRIVALS, *_METRICS, *_TIMEOUTS, *RUN_OPTIONS,
-                               *_DISTRIBUTED, *_SERVER, *_OUTPUT, *_GATES, *_LOCUST_ONLY, *_WEB_UI)
+                               *_DISTRIBUTED, *_SERVER, *ENERGY_OPTIONS, *_OUTPUT, *_GATES, *_LOCUST_ONLY, *_WEB_UI)
 
 
 def options_for(scope: Scope) -> tuple[Option, ...]:

@@ -25,8 +25,13 @@ def start_observer(run: Any) -> RunObserver:
     scraper = server_scraper(opts, host, api_key(opts), tell)
     rule = SaturationRule(window_s=float(option_value(opts, "saturation_window"))) if run.open_loop else None
     stop = Event()
+    from llmload.energy import gpu_telemetry
+
+    simulator = bool(run.core is not None and run.core.target.simulator)
     observer = RunObserver(scraper, rule, lambda: int(locust_in_flight(run) or 0), stop,
-                           bool(getattr(opts, "stop_on_saturation", False)), tell)
+                           bool(getattr(opts, "stop_on_saturation", False)), tell,
+                           telemetry=gpu_telemetry(opts, host, simulator, tell),
+                           energy_price_kwh=getattr(opts, "energy_price_kwh", None))
     run.records.listeners.append(observer.on_record)
 
     def end_test() -> None:

@@ -100,12 +100,24 @@ def print_summary(run: Any) -> None:
              format_accounting(not_sent=acc["not_sent"], planned=acc["planned"],
                                workers=_workers(run) if run.role == "master" else None, lost=acc["lost"])]
     observed = getattr(run, "observed", None)
-    if observed is not None and (text := observed.summary_text()):
+    if observed is not None and (text := observed.summary_text(metrics)):
         lines.append(text)
     print("\n".join(lines), file=sys.stderr, flush=True)
+    exports = getattr(opts, "otlp_endpoint", None) or getattr(opts, "mlflow_tracking_uri", None)
+    data = _result(run, metrics, acc, observed, health, records) if opts.llm_result or exports else {}
     if getattr(opts, "llm_result", ""):
-        _write_result(run, metrics, acc, observed, health, Path(opts.llm_result), records)
-    path = getattr(opts, "llm_records", "")
+        _write_result(run, data, Path(opts.llm_result))
+    _write_records(run, records, observed)
+    if exports:
+        from llmload.exporter.exports import export_run
+
+        files = [Path(p) if p else None for p in (getattr(opts, "llm_result", ""), getattr(opts, "llm_records", ""))]
+        export_run(opts, records, data, files, server_address=(run.environment.host or "").rstrip("/"), say=tell)
+
+
+def _write_records(run: Any, records: list, observed: Any) -> None:
+    """``--llm-records``: the records file (and the scraped series beside it)."""
+    path = getattr(run.options, "llm_records", "")
     if path:
         from llmload.client.records.file import write_records
         from llmload.core.observe import save_series
@@ -125,19 +137,25 @@ def print_summary(run: Any) -> None:
         save_series(observed, Path(path), tell)
 
 
-def _write_result(run: Any, metrics: Any, acc: dict[str, int], observed: Any, health: dict[str, Any] | None,
-                  path: Path, records: list) -> None:
-    """``--llm-result``: the result JSON llmload bench writes for the same run (:mod:`llmload.core.result`)."""
+def _result(run: Any, metrics: Any, acc: dict[str, int], observed: Any, health: dict[str, Any] | None,
+            records: list) -> dict[str, Any]:
+    """The result JSON llmload bench writes for the same run (:mod:`llmload.core.result`)."""
     from llmload.common.urls import redact_url
-    from llmload.core.result import result_data, write_json
+    from llmload.core.result import result_data
 
     workers = _workers(run) if run.role == "master" else None
     workload = run.workload
-    data = result_data(options=run.options, metrics=metrics, model_id=workload.model if workload else "",
+    return result_data(options=run.options, metrics=metrics, model_id=workload.model if workload else "",
                        tokenizer_id=workload.tokenizer_id if workload else "",
                        base_url=redact_url(run.environment.host or ""), num_prompts=_prompts(run, acc), health=health,
                        not_sent=acc["not_sent"], observed=observed, workers=workers, lost=acc["lost"],
                        workload=workload, records=records)
+
+
+def _write_result(run: Any, data: dict[str, Any], path: Path) -> None:
+    """``--llm-result``: the result JSON."""
+    from llmload.core.result import write_json
+
     try:
         write_json(path, data)
     except OSError as exc:

@@ -59,6 +59,7 @@ def pick_baseline(stats: list[RunStats], baseline: str | None, paths: list[str])
 def build(paths: list[str], out_dir: str | Path, *, name: str, title: str | None, labels: list[str] | None = None,
           baseline: str | None = None, goodput: list[str] | None = None, dpi: int = 100) -> Outputs:
     """Load the runs and write ``<name>.html``, ``<name>.md``, ``<name>.csv`` and the PNGs into ``out_dir``."""
+    from llmload.report.energy_figures import gpu_findings
     from llmload.report.figures import render_all
     from llmload.report.html import render_html
 
@@ -73,7 +74,7 @@ def build(paths: list[str], out_dir: str | Path, *, name: str, title: str | None
     if len(stats) > 1:
         table = with_server_rows(table, stats)
     server = server_table(stats, base)
-    findings = [f for s in stats for f in (*run_findings(s), *server_findings(s))]
+    findings = [f for s in stats for f in (*run_findings(s), *server_findings(s), *gpu_findings(s))]
     if len(stats) > 1:
         findings += compare_findings(stats, base)
     notes = [f"{run.label}: {note}" for run in runs for note in run.notes]

@@ -278,4 +278,6 @@ def render_all(stats: list[RunStats], out_dir: Path, dpi: int = 100,
         fig = makers[name](plt, stats)
         figures.append(save(plt, fig, stats, name, title, out_dir / f"{prefix}{name}.png", dpi))
     server_figures, server_notes = render_server(plt, stats, out_dir, dpi, prefix)
-    return figures + server_figures, notes + server_notes
+    from llmload.report.energy_figures import render_gpu
+
+    return figures + server_figures + render_gpu(plt, stats, out_dir, dpi, prefix), notes + server_notes

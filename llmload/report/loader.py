@@ -60,6 +60,9 @@ class Run:
     #: the server's metrics scraped during the run (``X.server_metrics.jsonl``), ``t`` on the records' clock;
     #: empty when there is no such file
     server: list[Snapshot] = field(default_factory=list)
+    #: the GPU telemetry scraped during the run (``X.gpu_metrics.jsonl``,
+    #: :class:`~llmload.energy.summary.GpuScrape`), ``t`` on the records' clock; empty when there is none
+    gpu: list[Any] = field(default_factory=list)
 
     @property
     def simulated(self) -> bool:
@@ -160,6 +163,7 @@ def _from_records(data: dict[str, Any], path: Path, records_path: Path) -> Run:
     run = Run(label=_label(data, path), path=path, source="llmload", summary=data,
               duration=_duration(data, path), records=_read_records(records_path), has_timestamps=True)
     _attach_server(run, records_path)
+    _attach_gpu(run, records_path)
     return run
 
 
@@ -175,6 +179,7 @@ def _from_records_alone(path: Path) -> Run:
     run = Run(label=label, path=path, source="llmload", summary={"label": label}, duration=max(end - start, 1e-9),
               records=records, has_timestamps=True)
     _attach_server(run, path)
+    _attach_gpu(run, path)
     run.notes.append(f"{path.name} is read without a result JSON: the duration is the records' span "
                      f"({run.duration:.1f} s), and what only the result says (settings, server, health) is not "
                      "shown.")
@@ -183,6 +188,17 @@ def _from_records_alone(path: Path) -> Run:
 
 #: a series with no scrape within this many seconds of the records' span is on another clock
 _CLOCK_SLACK_S = 60.0
+
+
+def _attach_gpu(run: Run, records_path: Path) -> None:
+    """Load ``X.gpu_metrics.jsonl`` next to the records (written by the process that wrote them: the same clock).
+    An unreadable file is a note."""
+    from llmload.energy.report import gpu_series_path, read_gpu_series
+
+    try:
+        run.gpu = read_gpu_series(gpu_series_path(records_path))
+    except (OSError, ValueError, KeyError) as exc:
+        run.notes.append(f"GPU telemetry not shown: {type(exc).__name__}: {exc}")
 
 
 def _attach_server(run: Run, records_path: Path) -> None:

@@ -18,6 +18,9 @@ from llmload.report.plotting import colour
 from llmload.report.sweep_figures import latency, number, offered, rows_of
 
 PARETO_FIGURE = ("sweep_pareto", "Pareto front: output tokens/s per GPU against tokens/s per user")
+#: with GPU telemetry (docs/energy.md): energy as the axis a GPU is judged on
+ENERGY_FIGURE = ("sweep_pareto_energy", "Pareto front: output tokens per joule against tokens/s per user")
+ENERGY_Y_LABEL = "output tokens per joule (1 / energy per output token)"
 PARETO_FILE = "pareto.json"
 X_LABEL = "output tokens/s per user (1000 / median TPOT)"
 Y_LABEL = "output tokens/s per GPU"
@@ -44,21 +47,31 @@ def point_of(row: Mapping[str, Any], data: Mapping[str, Any]) -> tuple[float, fl
     return None if per_user is None or per_gpu is None else (per_user, per_gpu)
 
 
-def pareto_groups(sweeps: Sequence[tuple[str, Mapping[str, Any]]], groups: Sequence[str]) -> list[dict[str, Any]]:
-    """Per group: every point (sweep label, index, load, x, y, client-limited, on the front)."""
+def energy_point_of(row: Mapping[str, Any], data: Mapping[str, Any]) -> tuple[float, float] | None:
+    """A sweep row's (per user, output tokens per joule) coordinates; None without GPU telemetry."""
+    xy = point_of(row, data)
+    per_joule = number(row.get("output_tokens_per_joule"))
+    return None if xy is None or per_joule is None else (xy[0], per_joule)
+
+
+def pareto_groups(sweeps: Sequence[tuple[str, Mapping[str, Any]]], groups: Sequence[str],
+                  coordinates: Any = point_of) -> list[dict[str, Any]]:
+    """Per group: every point (sweep label, index, load, x, y, client-limited, on the front); ``coordinates``:
+    a row's (x, y), :func:`point_of` or :func:`energy_point_of`."""
     out: dict[str, dict[str, Any]] = {}
     for (label, data), group in zip(sweeps, groups, strict=True):
         entry = out.setdefault(group, {"group": group, "points": []})
         dim = "max_concurrency" if data.get("dimension") == "max_concurrency" else "request_rate"
         for row in rows_of(data):
-            xy = point_of(row, data)
+            xy = coordinates(row, data)
             if xy is None:
                 continue
             load = offered(row, dim)
             entry["points"].append({"sweep": label, "index": row.get("index"), "role": row.get("role"),
                                     "load": "inf" if load is None else load, "dimension": dim, "x": xy[0],
                                     "y": xy[1], "client_limited": bool(row.get("client_limited")),
-                                    "cost_per_million_output_tokens": row.get("cost_per_million_output_tokens")})
+                                    "cost_per_million_output_tokens": row.get("cost_per_million_output_tokens"),
+                                    "gpu_energy_per_output_token_j": row.get("gpu_energy_per_output_token_j")})
     for entry in out.values():
         pts = entry["points"]
         fair = [k for k, p in enumerate(pts) if not p["client_limited"]]
@@ -75,7 +88,8 @@ def _load_text(p: Mapping[str, Any]) -> str:
     return f"{load:g}/s" if isinstance(load, int | float) else "inf"
 
 
-def fig_pareto(plt, sweeps: Sequence[tuple[str, Mapping[str, Any]]], groups_data: list[dict[str, Any]]):
+def fig_pareto(plt, sweeps: Sequence[tuple[str, Mapping[str, Any]]], groups_data: list[dict[str, Any]],
+               y_label: str = Y_LABEL):
     fig, ax = plt.subplots(figsize=(11, 6.5))
     one_group = len(groups_data) == 1
     labels = [label for label, _ in sweeps]
@@ -107,7 +121,7 @@ def fig_pareto(plt, sweeps: Sequence[tuple[str, Mapping[str, Any]]], groups_data
         for i, label in enumerate(labels):
             ax.scatter([], [], color=colour(i), label=label)
     ax.scatter([], [], color="none", edgecolors="#888888", label="client-limited (not on a front)")
-    ax.set(xlabel=X_LABEL, ylabel=Y_LABEL)
+    ax.set(xlabel=X_LABEL, ylabel=y_label)
     ax.set_xlim(0, max(xs) * 1.18)  # room for the labels
     ax.set_ylim(0, max(ys) * 1.12)
     ax.grid(alpha=0.25)
@@ -125,12 +139,21 @@ def write_pareto(sweeps: Sequence[tuple[str, Mapping[str, Any]]], groups: Sequen
     if not groups_data:
         return []
     plt = pyplot()
-    fig = fig_pareto(plt, sweeps, groups_data)
     simulated = any(bool(data.get("simulated")) for _, data in sweeps)
-    fig.suptitle(PARETO_FIGURE[1] + ("  (SIMULATED engine)" if simulated else ""), fontsize=11, y=1.01)
-    path = out_dir / f"{PARETO_FIGURE[0]}.png"
+    paths = [_figure(plt, fig_pareto(plt, sweeps, groups_data), PARETO_FIGURE, simulated, out_dir, dpi)]
+    written: dict[str, Any] = {"x": X_LABEL, "y": Y_LABEL, "file": paths[0].name, "groups": groups_data}
+    energy = pareto_groups(sweeps, groups, energy_point_of)
+    if energy:
+        fig = fig_pareto(plt, sweeps, energy, ENERGY_Y_LABEL)
+        paths.append(_figure(plt, fig, ENERGY_FIGURE, simulated, out_dir, dpi))
+        written["energy"] = {"y": ENERGY_Y_LABEL, "file": paths[1].name, "groups": energy}
+    (out_dir / PARETO_FILE).write_text(json.dumps(written, indent=1) + "\n", encoding="utf-8")
+    return paths
+
+
+def _figure(plt, fig, figure: tuple[str, str], simulated: bool, out_dir: Path, dpi: int) -> Path:
+    fig.suptitle(figure[1] + ("  (SIMULATED engine)" if simulated else ""), fontsize=11, y=1.01)
+    path = out_dir / f"{figure[0]}.png"
     fig.savefig(path, dpi=dpi, bbox_inches="tight")
     plt.close(fig)
-    (out_dir / PARETO_FILE).write_text(json.dumps({"x": X_LABEL, "y": Y_LABEL, "file": path.name,
-                                                   "groups": groups_data}, indent=1) + "\n", encoding="utf-8")
-    return [path]
+    return path

@@ -232,9 +232,9 @@ def build_sweep(files: Sequence[Path], out_dir: str | Path, *, name: str, title:
 
 
 def _titles() -> dict[str, str]:
-    from llmload.report.pareto import PARETO_FIGURE
+    from llmload.report.pareto import ENERGY_FIGURE, PARETO_FIGURE
 
-    return dict((*SWEEP_FIGURES, PARETO_FIGURE))
+    return dict((*SWEEP_FIGURES, PARETO_FIGURE, ENERGY_FIGURE))
 
 
 def _simulated_line(sweeps: list[Sweep]) -> str:

@@ -20,6 +20,7 @@ truth for llmload's own measurement tests (``--trace-file``), and cheap enough n
     typed_wire.py the typed-event APIs (Responses, Messages): their stream events and JSON responses
     faults.py     seeded fault selection
     loop.py       the epoll event loop with timerfd deadlines
-    metrics/      /metrics: vLLM's and SGLang's names, the workers' shared counters, --engine-trace
+    power.py      the simulated GPUs' power model (pure): energy, power cap, utilisation, memory, temperature
+    metrics/      /metrics: vLLM's and SGLang's names, the workers' shared counters, --engine-trace; /dcgm/metrics
     server/       HTTP handling, streams, the trace file, worker processes (a package)
 """

@@ -114,6 +114,28 @@ class Faults:
         return any(r > 0 for r in self.rates)
 
 
+@dataclass(frozen=True, slots=True)
+class GpuModel:
+    """The simulated GPUs behind ``/dcgm/metrics`` and their power model (:mod:`llmload.sim.power`).
+
+    ``count`` GPUs per engine replica (tensor parallel: the engine's work is split evenly over them; the timing
+    does not change); ``--workers N`` replicas have ``N * count`` GPUs. Joules are the whole engine's (all
+    ``count`` GPUs together): a prefill token's compute and a decode step's read of the weights and the KV.
+    """
+
+    count: int = 1
+    idle_watts: float = 70.0
+    max_watts: float = 700.0
+    joules_per_prefill_token: float = 0.02
+    joules_per_decode_step: float = 1.5
+    name: str = "NVIDIA H100 80GB HBM3"
+    memory_mib: int = 81559
+    hostname: str = "llmload-sim"
+    driver_version: str = "550.54.15"
+    #: the energy (and violation) counters restart from 0 this many seconds after start, once (None: never)
+    energy_reset_after_s: float | None = None
+
+
 @dataclass(slots=True)
 class SimConfig:
     host: str = "127.0.0.1"
@@ -175,6 +197,8 @@ class SimConfig:
     #: pooling routes (:mod:`llmload.sim.pooling`): the length of an embedding when the request names no
     #: ``dimensions``
     embedding_dim: int = 64
+    #: the simulated GPUs and their power model (``--gpus``, ``--gpu-*``): ``/dcgm/metrics``
+    gpu: GpuModel = field(default_factory=GpuModel)
 
     @property
     def served_names(self) -> tuple[str, ...]:

@@ -75,6 +75,9 @@ class BatchEngine:
         self.kv_reserved = 0
         self._decode: list[Seq] = []
         self._prefill_done: list[Seq] = []
+        #: the planned step's work (the GPU power model's input): prompt tokens prefilled, sequences decoding
+        self.step_prefill_tokens = 0
+        self.step_decode_seqs = 0
 
     @property
     def idle(self) -> bool:
@@ -178,6 +181,7 @@ class BatchEngine:
 
         self._decode = decode
         self._prefill_done = prefill_done
+        self.step_prefill_tokens, self.step_decode_seqs = prefill_tokens, len(decode)
         if not decode and not prefill_seqs:
             return 0.0
         ms = (

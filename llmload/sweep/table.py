@@ -95,6 +95,10 @@ def point_row(index: int, role: str, result: Mapping[str, Any], *, goodput: floa
         "output_throughput_per_user": per_user_rate(row["tpot_ms"].get("median")),
         "cost_per_million_output_tokens": result.get("cost_per_million_output_tokens"),
         "cost_per_million_total_tokens": result.get("cost_per_million_total_tokens"),
+        # with GPU telemetry (docs/energy.md): the point's energy, an axis of the Pareto figures
+        "gpu_energy_per_output_token_j": result.get("gpu_energy_per_output_token_j"),
+        "gpu_avg_power_w": result.get("gpu_avg_power_w"),
+        "output_tokens_per_joule": result.get("output_tokens_per_joule"),
     })
     return row
 

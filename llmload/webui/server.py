@@ -14,6 +14,7 @@ from time import perf_counter
 from typing import Any
 
 from llmload.options import option_value
+from llmload.webui.gpu_panel import gpu_payload
 from llmload.webui.live import LATENCIES, LiveStats
 from llmload.webui.server_series import server_payload
 
@@ -86,6 +87,7 @@ class LLMTab:
             "errors": dict(self.stats.errors),
             "server": server_payload(getattr(self.environment, "llmload", None), self.stats.test_start,
                                      series=series),
+            "gpu": gpu_payload(getattr(self.environment, "llmload", None), int(run.get("total_output_tokens") or 0)),
         }
         if series:
             points = list(self.stats.series)

@@ -185,7 +185,8 @@ def test_the_brief_s_locust_options_are_shared() -> None:
         --prefix-repetition-num-prefixes --prefix-repetition-output-len --multi-turn --max-turns --history
         --max-context-tokens --context-policy --turn-think-time --reading-speed --session-header --system-prompt-len
         --keep-reasoning --server-metrics-url --server-metrics-interval --no-server-metrics --stop-on-saturation
-        --saturation-window --prometheus-port --prometheus-host --prometheus-linger --cluster-token-file"""
+        --saturation-window --prometheus-port --prometheus-host --prometheus-linger --cluster-token-file
+        --gpu-metrics-url --energy-gpu-ids --energy-price-kwh --otlp-endpoint --mlflow-tracking-uri"""
     assert sorted(wanted.split()) == sorted(o.flag for o in SHARED)
 
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from itertools import pairwise
 from types import MappingProxyType
 
+from llmload.sim.metrics.gpu import GpuBoard
 from llmload.sim.metrics.spec import FINISH_REASONS, HISTOGRAMS, Dialect
 
 #: a worker block's scalars, in order; ``success_<reason>`` count ended requests by vLLM finish reason
@@ -49,6 +50,8 @@ class SharedStats:
         self.block = size
         self._mem = mmap.mmap(-1, 8 * size * self.workers)  # anonymous and MAP_SHARED: forked workers share it
         self.view = memoryview(self._mem).cast("d")
+        #: the replicas' work for /dcgm/metrics (its clock starts here: before the fork, the same for all workers)
+        self.gpu = GpuBoard(self.workers)
 
     def scalar(self, index: int, name: str) -> float:
         return self.view[index * self.block + SLOT[name]]
@@ -62,6 +65,7 @@ class SharedStats:
     def close(self) -> None:
         self.view.release()
         self._mem.close()
+        self.gpu.close()
 
 
 class WorkerStats:

@@ -21,7 +21,15 @@ from llmload.sim.engine import BatchEngine
 from llmload.sim.faults import FaultPicker
 from llmload.sim.loop import EventLoop
 from llmload.sim.lora import AdapterSlots
-from llmload.sim.metrics import EngineTrace, Exposition, SharedStats, WorkerStats, dialect_metrics
+from llmload.sim.metrics import (
+    DcgmPage,
+    EngineTrace,
+    Exposition,
+    GpuWriter,
+    SharedStats,
+    WorkerStats,
+    dialect_metrics,
+)
 from llmload.sim.prefix_cache import PrefixCache
 from llmload.sim.requests import RequestParser, Tokenize
 from llmload.sim.server.conn import Conn, Connections
@@ -62,6 +70,9 @@ class SimServer(Streaming, HttpFront, Observing, Connections):
         self.shared = shared if shared is not None else SharedStats(dialect_metrics(config.dialect))
         self.metrics = WorkerStats(self.shared, worker_index, self.engine.profile.kv_capacity if self.engine else 0)
         self.exposition = Exposition(self.shared, config.dialect, config.model)
+        #: this replica's GPUs: its steps' work goes in, /dcgm/metrics (every replica's) comes out
+        self.gpu = GpuWriter(self.shared.gpu, worker_index, config.gpu)
+        self.dcgm = DcgmPage(self.shared, config.gpu, config.seed)
         self.engine_trace = EngineTrace(config.engine_trace, worker_index) if config.engine_trace else None
         self._fixed_running = 0
         # hot-path shortcuts into the loop
@@ -120,4 +131,6 @@ class SimServer(Streaming, HttpFront, Observing, Connections):
             },
             "lora": {"loads": self.adapters.loads, "loaded": self.adapters.active,
                      "max_loras": self.adapters.max_loras} if self.config.lora_modules else None,
+            # every worker's GPUs (shared memory), not only this one's: the inputs of /dcgm/metrics' power model
+            "gpu": self.dcgm.totals(),
         }

@@ -21,7 +21,7 @@ from llmload.tokenizer import BUILTIN
 
 if TYPE_CHECKING:
     from llmload.sim.config import SimConfig
-    from llmload.sim.metrics import Exposition
+    from llmload.sim.metrics import DcgmPage, Exposition
     from llmload.sim.server.conn import Conn
 
 REASONS = MappingProxyType({
@@ -61,6 +61,7 @@ class HttpFront:
 
     config: SimConfig
     exposition: Exposition
+    dcgm: DcgmPage
 
     def _next_request(self, conn: Conn) -> None:
         """Parse one complete request from the buffer, if there is one, and handle it."""
@@ -142,6 +143,8 @@ class HttpFront:
             page = (self.exposition.render() + self._lora_info() + self._spec_decode()
                     + render_mm_cache(self.exposition.shared, self.config.dialect, self.config.model))
             self._respond(conn, 200, page, content_type=CONTENT_TYPE)
+        elif path == "/dcgm/metrics" and method == "GET":
+            self._respond(conn, 200, self.dcgm.render(), content_type=CONTENT_TYPE)
         else:
             err = openai_error(404, f"no route for {method} {path}", "NotFoundError")
             self._respond(conn, 404, err.body)

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from llmload.sim.engine import BatchEngine
     from llmload.sim.faults import Fault, FaultPicker
     from llmload.sim.loop import EventLoop
-    from llmload.sim.metrics import WorkerStats
+    from llmload.sim.metrics import GpuWriter, WorkerStats
     from llmload.sim.prefix_cache import PrefixCache
     from llmload.sim.requests import RequestParser
     from llmload.sim.server.tracefile import TraceFile
@@ -75,6 +75,7 @@ class Streaming:
     _finished: Callable[[Job, str], None]
     _fixed_running: int
     metrics: WorkerStats
+    gpu: GpuWriter
     first_request_at: float | None
 
     def _slowness(self, now: float) -> float:
@@ -225,11 +226,13 @@ class Streaming:
         if duration <= 0.0:
             if engine.idle:
                 self._step_deadline = None
+                self.gpu.idle()
                 self._publish()
                 return
             duration = 0.001
         self._step_deadline = now + duration
         self.loop.call_at(self._step_deadline, self._end_step)
+        self.gpu.step(now, duration, engine.step_prefill_tokens, engine.step_decode_seqs)
         self._publish(duration)
 
     def _end_step(self, _arg: None, deadline: float) -> None:

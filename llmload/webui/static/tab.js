@@ -90,6 +90,12 @@
     p.appendChild(controls);
     p.appendChild(el("div", {"class": "llm-note", id: "llm-steer-note"}));
 
+    // GPU telemetry (gpu key of /llm/stats: DCGM pages or NVML, docs/energy.md); hidden without it
+    p.appendChild(el("div", {id: "llm-gpu", style: "display:none"}, [
+      el("h3", {text: "GPUs (energy)"}),
+      el("div", {"class": "llm-row"}, [card("llm-gpu-power", "Power now (W)"), card("llm-gpu-util", "Busy (%)"),
+                                       card("llm-gpu-energy", "Energy (J)"), card("llm-gpu-jpt", "J / output token")]),
+      el("div", {"class": "llm-note", id: "llm-gpu-note"})]));
     // the server's own /metrics, scraped by the run (server key of /llm/stats); hidden when nothing is scraped
     p.appendChild(el("div", {id: "llm-server", style: "display:none"}, [
       el("h3", {text: "Server (its /metrics)"}),
@@ -231,6 +237,7 @@
     renderSessions(r.sessions);
     renderParts(r);
     renderServer(d.server);
+    renderGpu(d.gpu);
     var rateInput = document.getElementById("llm-rate-input");
     if (document.activeElement !== rateInput) rateInput.value = d.request_rate;
     document.getElementById("llm-steer-note").textContent = d.arrival === "open"
@@ -319,6 +326,15 @@
 
   function renderSessions(rows) {
     renderRows("llm-sessions", "llm-sessions-body", rows, SESSION_COLS, "data-session-row", "label", "llm-session-");
+  }
+
+  function renderGpu(g) {
+    document.getElementById("llm-gpu").style.display = g ? "" : "none";
+    if (!g) return;
+    put("llm-gpu-power", g.power_w, 0); put("llm-gpu-util", g.util_pct, 0); put("llm-gpu-energy", g.energy_j, 0);
+    put("llm-gpu-jpt", g.energy_per_output_token_j, 3);
+    document.getElementById("llm-gpu-note").textContent = g.gpus + " GPU(s); energy from " +
+      (g.energy_source === "counter" ? "their energy counters" : "power over time");
   }
 
   function renderServer(s) {
