@@ -137,9 +137,9 @@ def test_report_on_a_bench_run(runs, tmp_path):
     stall_found = first_itl_stall(RunStats(load_run(runs["stall"]))) is not None
     assert ("first-ITL stall" in proc.stdout) is stall_found
     pngs = sorted(out.glob("*.png"))
-    # bench scraped the simulator's /metrics: "Server and client over time" too
+    # bench scraped the simulator's /metrics: "Server and client over time" too; and its DCGM page: the GPU figure
     assert {p.stem for p in pngs} == {"ttft", "tpot", "itl", "e2el", "timeline", "throughput", "lengths",
-                                      "errors", "server"}
+                                      "errors", "server", "gpu"}
     for p in pngs:
         check_png(p)
     html = check_html(out / "report.html", expect_images=len(pngs))
@@ -229,10 +229,11 @@ def test_compare_with_baseline(runs, tmp_path):
         assert (f"[{label}] first-ITL stall" in proc.stdout) is found, label
     assert "stall vs nostall: the TPOT gap is the first ITL" in proc.stdout or "TPOT excl. 1st ITL" in proc.stdout
     pngs = sorted(tmp_path.glob("*.png"))
-    assert len(pngs) == 9  # figures over time show the two runs with timestamps; the server's queues overlaid
+    # figures over time show the two runs with timestamps; the server's queues overlaid; the GPUs' power
+    assert len(pngs) == 10
     for p in pngs:
         check_png(p)
-    html = check_html(tmp_path / "compare.html", expect_images=9)
+    html = check_html(tmp_path / "compare.html", expect_images=10)
     assert "old-vllm" in html and "(baseline)" in html
     md = (tmp_path / "compare.md").read_text()
     assert "| Metric | stall | nostall (baseline) | old-vllm |" in md
@@ -364,5 +365,6 @@ def test_compare_reads_a_real_vllm_result(runs, tmp_path):
     ours = float(rows["mean_ttft_ms"]["ours"])
     base = float(rows["mean_ttft_ms"]["vllm"])
     assert float(rows["mean_ttft_ms"]["ours vs vllm"]) == pytest.approx((ours - base) / base)
-    # the figures over time need timestamps (and the server's queues its series): only our run has them
-    assert len(sorted(tmp_path.glob("*.png"))) == 9
+    # the figures over time need timestamps (and the server's queues and the GPU figure their series): only our run
+    # has them
+    assert len(sorted(tmp_path.glob("*.png"))) == 10
