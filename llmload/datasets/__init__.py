@@ -132,7 +132,7 @@ def _random(dataset_name: str, tokenizer: Tokenizer, num_prompts: int | None, se
 
         return sample_random_rerank(tokenizer, n, seed, **options)
     batch_size = int(options.pop("batch_size", 1))
-    samples = sample_random(tokenizer, n, seed, **options)
+    samples = sample_random(tokenizer, n, seed, **options)  # n: --num-prompts, never None for random
     if batch_size == 1:
         return samples
     from llmload.datasets.pooling import batched

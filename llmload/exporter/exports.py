@@ -55,7 +55,7 @@ def _log_mlflow(uri: str, options: Any, result: dict[str, Any], files: list[Path
     from llmload.exporter.mlflow_log import log_run
 
     with tempfile.TemporaryDirectory(prefix="llmload-report-") as tmp:
-        artifacts = list(files)
+        artifacts: list[Path | None] = list(files)
         result_file = next((f for f in files if f.suffix == ".json" and f.exists()), None)
         if result_file is not None:
             artifacts.append(_report(result_file, Path(tmp) / "report", say))

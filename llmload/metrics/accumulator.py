@@ -246,7 +246,7 @@ def _values(groups: Sequence[_Group], key: str) -> np.ndarray | LogHistogram:
 def _live_summary(values: np.ndarray | LogHistogram, percentiles: Sequence[float]) -> dict[str, float | None]:
     """``{count, mean, p50, p90, p99}`` in ms: exact (:class:`Distribution`) or from the histogram."""
     if isinstance(values, LogHistogram):
-        out = {"count": values.total, "mean": values.mean * 1000.0}
+        out: dict[str, float | None] = {"count": values.total, "mean": values.mean * 1000.0}
         out.update({f"p{int(p)}": values.percentile(p) * 1000.0 for p in percentiles})
         return out
     dist = Distribution.of(values, percentiles)
