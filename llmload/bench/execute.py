@@ -213,7 +213,7 @@ def execute(plan: RunPlan, run: Run, user: Any, env: Any, interrupts: Any, stack
     from llmload.bench.outputs import open_journal
     from llmload.exporter.wiring import bench_exporter
 
-    observer = bench_observer(plan, run.target.base_url, env, master, interrupts, run.target.simulator)
+    observer = bench_observer(plan, run.target.base_url, env, master, interrupts, run.target.built_in_sim)
     live = stack.enter_context(bench_exporter(plan, env, master, interrupts, log))
     progress = Progress(run.planned)
     on_record = live.chain(lambda record: (observer.on_record(record), progress.on_record(record)))

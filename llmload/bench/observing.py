@@ -11,7 +11,7 @@ from llmload.core.saturation import SaturationRule
 
 
 def bench_observer(plan: Any, base_url: str, env: Any, master: Any, interrupts: Any,
-                   simulator: bool = False) -> RunObserver:
+                   built_in_sim: bool = False) -> RunObserver:
     """The observer of one bench run: scraping (unless off or unanswered), GPU telemetry (docs/energy.md), the
     saturation test in open loop."""
     from llmload.core.state import state_of
@@ -29,6 +29,6 @@ def bench_observer(plan: Any, base_url: str, env: Any, master: Any, interrupts: 
     else:
         def in_flight() -> int:
             return master_in_flight(master.bench)
-    telemetry = gpu_telemetry(args, base_url, simulator, log)
+    telemetry = gpu_telemetry(args, base_url, built_in_sim, log)
     return RunObserver(scraper, rule, in_flight, interrupts.stop, bool(args.stop_on_saturation), log,
                        telemetry=telemetry, energy_price_kwh=getattr(args, "energy_price_kwh", None))

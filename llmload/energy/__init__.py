@@ -9,19 +9,21 @@ from typing import Any
 from llmload.options import option_value
 
 
-def gpu_telemetry(options: Any, base_url: str, simulator: bool, say: Callable[[str], None]) -> Any | None:
+def gpu_telemetry(options: Any, base_url: str, built_in_sim: bool, say: Callable[[str], None]) -> Any | None:
     """The run's GPU telemetry (:class:`~llmload.energy.telemetry.GpuTelemetry`), or None.
 
-    Sources: each ``--gpu-metrics-url`` (``auto``: dcgm-exporter's default port on this host), else the
-    simulator's own DCGM page when the server is llmload's simulator; and ``--energy-gpu-ids`` through NVML. A
-    source that does not answer with GPU power or energy is one line, and left out."""
+    Sources: each ``--gpu-metrics-url`` (``auto``: dcgm-exporter's default port on this host), else the built-in
+    simulator's own DCGM page (``llmload bench`` with no ``--base-url``: the first command shows energy; a simulator
+    named by URL is scraped when its ``/dcgm/metrics`` is named, as any server's page: a second scraper costs the
+    client's loop a little on every interval); and ``--energy-gpu-ids`` through NVML. A source that does not answer
+    with GPU power or energy is one line, and left out."""
     from llmload.common.urls import redact_url
     from llmload.energy.telemetry import AUTO_URL, SIM_PATH, DcgmScraper, GpuTelemetry, open_nvml, probe_dcgm
 
     interval = float(option_value(options, "server_metrics_interval"))
     urls = list(option_value(options, "gpu_metrics_url") or [])
     sources: list[Any] = []
-    if not urls and simulator and base_url:
+    if not urls and built_in_sim and base_url:
         url = base_url.rstrip("/") + SIM_PATH
         if probe_dcgm(url) is None:
             say(f"Reading GPU telemetry from the simulator's DCGM page {redact_url(url)} every {interval:g} s")

@@ -27,10 +27,9 @@ def start_observer(run: Any) -> RunObserver:
     stop = Event()
     from llmload.energy import gpu_telemetry
 
-    simulator = bool(run.core is not None and run.core.target.simulator)
     observer = RunObserver(scraper, rule, lambda: int(locust_in_flight(run) or 0), stop,
                            bool(getattr(opts, "stop_on_saturation", False)), tell,
-                           telemetry=gpu_telemetry(opts, host, simulator, tell),
+                           telemetry=gpu_telemetry(opts, host, False, tell),
                            energy_price_kwh=getattr(opts, "energy_price_kwh", None))
     run.records.listeners.append(observer.on_record)
 

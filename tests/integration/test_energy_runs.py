@@ -40,11 +40,11 @@ def model_energy_j(before: dict, after: dict, seconds: float) -> float:
 def test_bench_energy_is_the_power_model_s_integral(child_runner, start_sim) -> None:
     sim = start_sim("--gpus", str(GPUS))
     before = sim_stats(sim)
-    run = child_runner.bench("--base-url", sim.url, *RUN, timeout=180)
+    run = child_runner.bench("--base-url", sim.url, *RUN, "--gpu-metrics-url", f"{sim.url}/dcgm/metrics", timeout=180)
     assert run.returncode == 0, run.describe()
     after = sim_stats(sim)
     result = run.result()
-    assert "Reading GPU telemetry from the simulator's DCGM page" in run.stderr + run.stdout
+    assert f"Reading GPU telemetry from {sim.url}/dcgm/metrics" in run.stderr + run.stdout
     assert result["energy_source"] == "counter" and len(result["gpu_metrics"]["gpus"]) == GPUS
     expected = model_energy_j(before, after, result["gpu_energy_duration_s"])
     # the client's interval (scrape arrivals) and the simulator's clock differ by milliseconds: at most 0.2 s of
@@ -67,7 +67,8 @@ def test_bench_energy_is_the_power_model_s_integral(child_runner, start_sim) -> 
 def test_a_counter_reset_mid_run_is_handled(child_runner, start_sim) -> None:
     sim = start_sim("--gpus", str(GPUS), "--gpu-energy-reset-after", "1.2")
     before = sim_stats(sim)
-    run = child_runner.bench("--base-url", sim.url, *RUN, "--server-metrics-interval", "0.25", timeout=180)
+    run = child_runner.bench("--base-url", sim.url, *RUN, "--server-metrics-interval", "0.25", "--gpu-metrics-url",
+                             f"{sim.url}/dcgm/metrics", timeout=180)
     assert run.returncode == 0, run.describe()
     after = sim_stats(sim)
     assert after["counter_start_s"] > 0  # the reset happened during the run
@@ -134,7 +135,8 @@ def test_the_run_reaches_an_otlp_receiver_and_an_mlflow_store(child_runner, star
     sim = start_sim("--gpus", "1")
     store = tmp_path / "mlruns"
     run = child_runner.bench("--base-url", sim.url, *RUN, "--otlp-endpoint", url, "--mlflow-tracking-uri",
-                             store.as_uri(), "--label", "energy-export", timeout=300)
+                             store.as_uri(), "--label", "energy-export", "--gpu-metrics-url", f"{sim.url}/dcgm/metrics",
+                             timeout=300)
     assert run.returncode == 0, run.describe()
     result = run.result()
     assert bodies, run.describe()

@@ -77,8 +77,10 @@ def test_two_settings_two_servers_and_their_answers(tmp_path: Path) -> None:
     small, large = ({r["request_rate"]: r for r in json.loads((out / e["dir"] / "sweep.json").read_text())["points"]}
                     for e in data["settings"])
     assert small[16.0]["goodput"] < 0.8 and small[16.0]["ttft_ms"]["median"] > large[16.0]["ttft_ms"]["median"]
+    # a client-limited point is no answer, at whichever rate it happens: at 4 req/s it ends the search with none
+    # (two merged reads of ~770 are enough on a loaded machine)
     assert answers[0] == 4.0 or small[4.0]["client_limited"], small[4.0]
-    assert answers[1] == 16.0 or large[16.0]["client_limited"], large[16.0]
+    assert answers[1] == 16.0 or any(p["client_limited"] for p in large.values()), large
     assert (done.returncode == 3) == (answers == [None, None]), (done.returncode, answers)
     assert "Settings Result" in done.stdout and "max_num_seqs=8" in done.stdout
     # the report of the settings sweep: both settings' sweeps overlaid, and one Pareto front over their points
