@@ -187,13 +187,7 @@ class BenchmarkMetrics:
         if self.tool_calls is not None:
             result["tool_calls"] = self.tool_calls
             result["tool_call_answers"] = self.tool_call_answers
-        if self.by_class:
-            result["by_class"] = {c: m.class_result_dict() for c, m in self.by_class.items()}
-        if self.by_model:
-            result["by_model"] = {name: m.class_result_dict() for name, m in self.by_model.items()}
-        if self.slice_duration:
-            result["slice_duration"] = self.slice_duration
-            result["slices"] = self.slices
+        self._part_keys(result)
         return result
 
     def _pooling_result_dict(self) -> dict[str, Any]:
@@ -214,6 +208,11 @@ class BenchmarkMetrics:
         result.update(self._own_keys())
         del result["ttft_rule"]  # nothing is streamed
         self._lag_keys(result)
+        self._part_keys(result)
+        return result
+
+    def _part_keys(self, result: dict[str, Any]) -> None:
+        """The breakdowns, last: ``by_class``, ``by_model`` and the slices, where the run has them."""
         if self.by_class:
             result["by_class"] = {c: m.class_result_dict() for c, m in self.by_class.items()}
         if self.by_model:
@@ -221,7 +220,6 @@ class BenchmarkMetrics:
         if self.slice_duration:
             result["slice_duration"] = self.slice_duration
             result["slices"] = self.slices
-        return result
 
     def _lag_keys(self, result: dict[str, Any]) -> None:
         result.update(self.queue_time.keys("queue_time", with_max=True))
