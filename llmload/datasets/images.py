@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from llmload.common.errors import DatasetError
+from llmload.datasets.base import reading
 
 #: schemes sent as they are (the server fetches them)
 REMOTE_SCHEMES = ("http://", "https://")
@@ -47,12 +48,8 @@ def image_url(source: str, base: Path) -> str:
     path = Path(source.removeprefix("file://"))
     if not path.is_absolute():
         path = base / path
-    try:
+    with reading(path, "image"):
         raw = path.read_bytes()
-    except FileNotFoundError:
-        raise DatasetError(f"image file not found: {path}") from None
-    except OSError as exc:
-        raise DatasetError(f"cannot read image file {path}: {exc.strerror or exc}") from None
     return data_url(raw, image_mime(raw, path))
 
 
