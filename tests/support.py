@@ -13,8 +13,11 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 #: the repository's root (children run from here)
@@ -110,6 +113,21 @@ def _bindable(port: int) -> bool:
 def _port_pool() -> PortPool:
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     return PortPool(int(worker[2:]) + 1 if worker[2:].isdigit() else 0)
+
+
+@contextmanager
+def http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A ``ThreadingHTTPServer`` on 127.0.0.1 with ``handler``, serving on a thread: yields its URL, and is shut
+    down, closed and its thread joined on the way out (also when the test fails)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
 
 
 def free_port() -> int:

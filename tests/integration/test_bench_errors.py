@@ -4,12 +4,12 @@ the API key is never printed or saved."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from support import http_server
 
 UNREACHABLE = "http://127.0.0.1:1"
 SECRET = "sk-secret-123"
@@ -53,16 +53,8 @@ class Recorder(BaseHTTPRequestHandler):
 @pytest.fixture
 def not_found_server() -> Iterator[tuple[str, list[dict[str, str]]]]:
     seen: list[dict[str, str]] = []
-    handler = type("Handler", (Recorder,), {"seen": seen})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+    with http_server(type("Handler", (Recorder,), {"seen": seen})) as url:
+        yield url, seen
 
 
 def bench_offline_dataset(child_runner, *flags: str):

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import threading
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
-from support import llmload_command
+from support import http_server, llmload_command
 
 pytestmark = pytest.mark.slow
 
@@ -117,14 +116,8 @@ class _Collector(BaseHTTPRequestHandler):
 @pytest.fixture
 def collector() -> Iterator[tuple[str, list[bytes]]]:
     bodies: list[bytes] = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Handler", (_Collector,), {"bodies": bodies}))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", bodies
-    finally:
-        server.shutdown()
-        server.server_close()
+    with http_server(type("Handler", (_Collector,), {"bodies": bodies})) as url:
+        yield url, bodies
 
 
 def test_the_run_reaches_an_otlp_receiver_and_an_mlflow_store(child_runner, start_sim, collector,
