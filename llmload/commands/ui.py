@@ -22,6 +22,7 @@ from pathlib import Path
 
 from llmload.common.errors import ConfigError
 from llmload.options import add_table_arguments, argtypes
+from llmload.processes.children import wait_for
 
 #: used when no ``-f`` is given and the repository's locustfile is not at hand (an installed llmload)
 _LOCUSTFILE = '''"""Replay ShareGPT prompts as streaming completions (written by 'llmload ui')."""
@@ -111,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             while True:
                 try:
-                    return proc.wait()
+                    return wait_for(proc)
                 except KeyboardInterrupt:
                     _forward(proc, signal.SIGINT)  # locust stops the test, prints its summary and quits
         finally:

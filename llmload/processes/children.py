@@ -59,6 +59,21 @@ def stop_child(proc: subprocess.Popen, timeout_s: float = 10.0) -> None:
         pass
 
 
+def wait_for(proc: subprocess.Popen) -> int:
+    """``proc.wait()`` during which this process's signal handlers still run promptly; the exit status.
+
+    Python runs a handler between bytecodes. A signal that arrives just before a blocking ``waitpid`` starts
+    (or that another thread takes) leaves the handler waiting until the child exits by itself, so a SIGTERM
+    meant to be passed on to the child never is. A timed ``Popen.wait`` polls in sleeps of at most 50 ms,
+    after each of which pending handlers run.
+    """
+    while True:
+        try:
+            return proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            continue
+
+
 #: secrets a child never needs in its environment (local workers get the key from the master's job)
 SECRET_ENV = ("OPENAI_API_KEY", "LLMLOAD_API_KEY", "LLMLOAD_CLUSTER_TOKEN")
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from llmload.bench.console import log
 from llmload.common.errors import ConfigError
+from llmload.processes.children import wait_for
 from llmload.sweep.serve import ServerError, ServerProcess
 from llmload.sweep.spread import spread
 from llmload.sweep.table import read_sweep
@@ -248,7 +249,7 @@ def _run_setting(args: argparse.Namespace, setting: Setting, output: Path, argv:
             if trials > 1:
                 log(f"Setting {setting.index}/{total} ({setting.label}): trial {k}/{trials}")
             signals.child = subprocess.Popen(child_argv(argv, where, label), start_new_session=True)
-            child_code = signals.child.wait()
+            child_code = wait_for(signals.child)
             signals.child = None
             entry["trials"].append(_trial_entry(folder, k, trials, child_code))
             if signals.signum is not None or child_code in (130, 143):

@@ -14,6 +14,8 @@ from llmload.sim.requests import Tokenize
 from llmload.sim.server.core import SimServer
 
 _STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+#: what the parent of ``--workers N`` takes synchronously: the stop signals, and a worker's exit
+_PARENT_SIGNALS = _STOP_SIGNALS | {signal.SIGCHLD}
 
 
 def _listen(host: str, port: int, reuse_port: bool) -> socket.socket:
@@ -38,6 +40,7 @@ def _tokenizer(config: SimConfig) -> Tokenize | None:
 
 
 def _install_stop(server: SimServer) -> None:
+    server.loop.wake_on_signals()
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     signal.signal(signal.SIGINT, lambda *_: server.stop())
 
@@ -50,48 +53,53 @@ def run_worker(config: SimConfig, sock: socket.socket, index: int, tokenize: Tok
 
 
 class _WorkerPool:
-    """The forked worker processes of one ``serve`` call, and the stop signals that came meanwhile."""
+    """The forked worker processes of one ``serve`` call.
+
+    The parent has no signal handlers: it blocks SIGTERM, SIGINT and SIGCHLD before the first fork and takes
+    them with ``sigwaitinfo`` in :meth:`wait`, so a stop signal can never slip in between a check and a
+    blocking ``waitpid`` (where a Python handler would wait for a worker to exit by itself). A worker unblocks
+    them once its own handlers are in place.
+    """
 
     def __init__(self) -> None:
         self.children: list[int] = []
-        self.stopping: list[int] = []
 
-    def forward(self, signum: int, _frame: object) -> None:
-        """The parent's SIGTERM/SIGINT handler: stop every worker."""
-        self.stopping.append(signum)
+    def fork(self, config: SimConfig, port: int, index: int, tokenize: Tokenize | None,
+             shared: SharedStats) -> None:
+        sock = _listen(config.host, port, reuse_port=True)
+        pid = os.fork()
+        if pid == 0:
+            _child(config, sock, index, tokenize, shared)
+        self.children.append(pid)
+        sock.close()
+
+    def stop(self) -> None:
+        """SIGTERM every worker still running."""
         for pid in self.children:
             try:
                 os.kill(pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
 
-    def fork(self, config: SimConfig, port: int, index: int, tokenize: Tokenize | None,
-             shared: SharedStats) -> None:
-        sock = _listen(config.host, port, reuse_port=True)
-        # Block stop signals across fork so a child never runs the parent's handler: it takes a pending
-        # signal only once its own handler is installed.
-        signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
-        pid = os.fork()
-        if pid == 0:
-            _child(config, sock, index, tokenize, shared)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
-        self.children.append(pid)
-        sock.close()
-
     def wait(self) -> int:
-        """Reap every worker; the first non-zero exit status, else 0."""
+        """Pass each SIGTERM/SIGINT on to the workers until all have exited; the first non-zero exit status,
+        else 0."""
         status = 0
-        for pid in self.children:
-            while True:
+        running = set(self.children)
+        while True:
+            for pid in sorted(running):
                 try:
-                    _, code = os.waitpid(pid, 0)
-                    status = status or os.waitstatus_to_exitcode(code)
-                    break
-                except InterruptedError:
-                    continue
+                    done, code = os.waitpid(pid, os.WNOHANG)
                 except ChildProcessError:
-                    break
-        return status
+                    running.discard(pid)
+                    continue
+                if done:
+                    running.discard(pid)
+                    status = status or os.waitstatus_to_exitcode(code)
+            if not running:
+                return status
+            if signal.sigwaitinfo(_PARENT_SIGNALS).si_signo in _STOP_SIGNALS:
+                self.stop()
 
 
 def _child(config: SimConfig, sock: socket.socket, index: int, tokenize: Tokenize | None,
@@ -101,7 +109,7 @@ def _child(config: SimConfig, sock: socket.socket, index: int, tokenize: Tokeniz
     try:
         server = SimServer(config, sock, index, tokenize, shared)
         _install_stop(server)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _PARENT_SIGNALS)
         server.serve_forever()
     except BaseException:
         code = 1
@@ -129,12 +137,14 @@ def serve(config: SimConfig, ready: Callable[[str], None] | None = None) -> None
         return
     probe.close()
     pool = _WorkerPool()
-    signal.signal(signal.SIGTERM, pool.forward)
-    signal.signal(signal.SIGINT, pool.forward)
-    for index in range(workers):
-        pool.fork(config, port, index, tokenize, shared)
-    if pool.stopping:  # a signal came while forking: pass it to the workers started after it
-        pool.forward(signal.SIGTERM, None)
-    elif ready:
+    signal.pthread_sigmask(signal.SIG_BLOCK, _PARENT_SIGNALS)  # taken in pool.wait(); workers start blocked
+    try:
+        for index in range(workers):
+            pool.fork(config, port, index, tokenize, shared)
+    except BaseException:  # e.g. the port taken between forks: stop the workers already started
+        pool.stop()
+        pool.wait()
+        raise
+    if ready and not signal.sigpending() & _STOP_SIGNALS:  # a signal while forking: stop, not "listening"
         ready(url)
     sys.exit(max(0, pool.wait()))
