@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -213,6 +214,22 @@ def trace_lines(path: Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(errors="replace").split("\n")[:-1] if line.strip()]
+
+
+def assert_sent_once_but_the_batch_window(trace: Path, prompts: int, frozen_at: float) -> list[str]:
+    """Every request of the run reached the simulator, each once, but for those a frozen worker released in its
+    last batch window before the freeze (not yet reported as sent, so handed over): at most 3, each first sent
+    before ``frozen_at`` (``time.monotonic()``, the clock of the trace's ``received``). Returns those sent twice.
+    Without the ``llm_resumed`` check a woken worker sends every request it had been given (dozens twice)."""
+    received = Counter(t["client_id"] for t in trace_lines(trace) if is_run_request(t["client_id"]))
+    assert len(received) == prompts, len(received)
+    twice = sorted(i for i, n in received.items() if n > 1)
+    assert max(received.values()) <= 2, received.most_common(5)
+    assert len(twice) <= 3, f"{len(twice)} requests sent twice: {twice}"
+    for i in twice:
+        first = min(t["received"] for t in trace_lines(trace) if t["client_id"] == i)
+        assert first < frozen_at, f"{i} was sent twice, the first time after the freeze began"
+    return twice
 
 
 class ChildProcesses:

@@ -92,6 +92,27 @@ def lose_worker(state: WorkerState, workers: Iterable[WorkerState], alive: set[s
             f"flight with it are lost, {len(todo)} unsent requests re-assigned"), parts
 
 
+def revoke_from_lost(runner: Any, state: WorkerState) -> None:
+    """Tell a worker taken for lost what was given away from it: if only its heartbeats were late (a starved
+    process), it must not send those requests too. A dead worker never reads it."""
+    if state.reassigned_away:
+        runner.send_message(protocol.REVOKE, Revoke(sorted(state.reassigned_away)).data(),
+                            client_id=state.client_id)
+
+
+def answer_resumed(state: WorkerState | None, log: Callable[[str], None]) -> Revoke:
+    """A worker that was frozen asks what is still its own (:mod:`llmload.distributed.freeze`): nothing it had not
+    sent, if that was given away while it was taken for lost. It counts as running again. The one rule of both
+    masters; the caller sends the answer."""
+    revoke: list[int] = []
+    if state is not None and state.lost:
+        revoke = sorted(state.reassigned_away)
+        state.lost = False
+        state.done = False
+        log(f"{state.name} is back after a freeze: the {len(revoke)} requests it had not sent stay with the others")
+    return Revoke(revoke, resume=True)
+
+
 def hand_over(state: WorkerState, todo: list[int], workers: Iterable[WorkerState],
               alive: set[str]) -> list[tuple[WorkerState, list[int]]]:
     """Move ``todo`` (requests ``state`` never sent) to the workers still running, in equal round-robin parts:
@@ -212,16 +233,9 @@ class BenchMaster:
     # -- messages from workers -----------------------------------------------------------------------------
 
     def _on_resumed(self, msg: Any, **_: Any) -> None:
-        """A worker that was frozen asks what is still its own: nothing it had not sent, if we gave that away."""
-        state = self.workers.get(msg.node_id)
-        revoke: list[int] = []
-        if state is not None and state.lost:
-            revoke = sorted(state.reassigned_away)
-            state.lost = False
-            state.done = False
-            self.log(f"{state.name} is back after a freeze: the {len(revoke)} requests it had not sent "
-                     "stay with the others")
-        self.runner.send_message(protocol.REVOKE, Revoke(revoke, resume=True).data(), client_id=msg.node_id)
+        """A worker that was frozen asks what is still its own."""
+        answer = answer_resumed(self.workers.get(msg.node_id), self.log)
+        self.runner.send_message(protocol.REVOKE, answer.data(), client_id=msg.node_id)
 
     def _on_records(self, msg: Any, **_: Any) -> None:
         if not self.gate.trusted(msg.node_id):
@@ -321,6 +335,7 @@ class BenchMaster:
                 continue
             line, parts = lose_worker(state, self.workers.values(), alive, hand=not stopped)
             log(line)
+            revoke_from_lost(self.runner, state)
             self._send_parts(parts, job)
 
     def _result(self, job: _Job) -> MasterResult:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from time import perf_counter
 from typing import Any
 
 import gevent
@@ -14,13 +13,11 @@ from llmload.core import protocol
 from llmload.core.conversation import request_count, turn_count
 from llmload.core.dispatch import RequestFeed, StopControl, Tally
 from llmload.core.messages import clock_offset, job_requests
-from llmload.core.protocol import BATCH_INTERVAL_S, FREEZE_S, Done, Job, Revoke, Stop
+from llmload.core.protocol import BATCH_INTERVAL_S, Done, Job, Stop
 from llmload.core.run import send_share
 from llmload.core.schedule import Scheduled
 from llmload.core.sink import BatchShipper
-
-#: how long a resumed worker waits for the master's answer before it sends nothing more of its job
-RESUME_WAIT_S = 10.0
+from llmload.distributed.freeze import TICK_S, FreezeGuard
 
 
 class BenchWorker:
@@ -37,12 +34,8 @@ class BenchWorker:
         self.shipper = BatchShipper(runner.send_message)
         self._jobs: list[gevent.Greenlet] = []
         self._flusher: gevent.Greenlet | None = None
-        self._last_tick = perf_counter()
-        #: the loop did not run for FREEZE_S or longer: check with the master before sending more
-        self._frozen = False
-        self._resumed = Event()
-        #: requests the master moved to another worker before they were due
-        self.revoked: set[int] = set()
+        #: after a freeze, asks the master which requests are still this worker's (registers llm_revoke)
+        self.freeze = FreezeGuard(runner, log, stop=lambda: self.control.stop.set())
         #: requests of this run's jobs so far (every turn is one), and how many of them were released
         self.planned = 0
         self.released = 0
@@ -52,7 +45,6 @@ class BenchWorker:
         self._feed: RequestFeed | None = None
         runner.register_message(protocol.JOB, self._on_job)
         runner.register_message(protocol.STOP, self._on_stop)
-        runner.register_message(protocol.REVOKE, self._on_revoke)
         protocol.answer_challenge(runner, token, log)
 
     @property
@@ -70,7 +62,7 @@ class BenchWorker:
         return bool(self._jobs)
 
     def _on_job(self, msg: Any, **_: Any) -> None:
-        self._last_tick = perf_counter()
+        self.freeze.touch()
         job = Job.from_data(msg.data)
         if job.follows:
             self._take_part(job)
@@ -79,7 +71,7 @@ class BenchWorker:
             # a worker runs one run after another (a sweep's points): the last run's stop, revocations (its
             # indices) and accounting do not apply to this one
             self.control = StopControl()
-            self.revoked = set()
+            self.freeze.reset()
             self.planned = self.released = self.jobs_taken = 0
         self.jobs_taken += 1
         first = job_requests(job.items)
@@ -101,30 +93,10 @@ class BenchWorker:
         if not job.more:
             self._feed = None
 
-    def _on_revoke(self, msg: Any, **_: Any) -> None:
-        revoke = Revoke.from_data(msg.data)
-        self.revoked.update(int(i) for i in revoke.indices)
-        if revoke.resume:
-            self._resumed.set()
-
     def _on_stop(self, msg: Any, **_: Any) -> None:
         if Stop.from_data(msg.data).force:
             self.control.cut.set()
         self.control.stop.set()
-
-    def _may_send(self, request: Scheduled) -> bool:
-        """Asked as a request is due. After a freeze, first ask the master what is still ours."""
-        if self._frozen or perf_counter() - self._last_tick > FREEZE_S:
-            self.log("this worker was frozen: asking the master which requests are still its own")
-            self._resumed.clear()
-            self.runner.send_message(protocol.RESUMED, {})
-            if not self._resumed.wait(RESUME_WAIT_S):
-                self.log("the master did not answer after this worker was frozen: sending nothing more")
-                self.control.stop.set()
-                return False
-            self._frozen = False
-            self._last_tick = perf_counter()
-        return request.index not in self.revoked
 
     def _run_job(self, job: Job, requests: Sequence[Scheduled] | RequestFeed) -> None:
         from llmload.core.health import HealthMonitor
@@ -159,15 +131,12 @@ class BenchWorker:
         closed = job.closed or {}
         return send_share(requests, lambda _: user, self.shipper, control=self.control,
                           max_concurrency=job.max_concurrency, closed_users=closed.get("users"),
-                          think=closed.get("think"), start_at=start_at, skip=lambda r: not self._may_send(r),
+                          think=closed.get("think"), start_at=start_at, skip=lambda r: not self.freeze.may_send(r),
                           on_dispatch=self._released)
 
     def _flush_loop(self) -> None:
         while True:
-            for _ in range(round(BATCH_INTERVAL_S / 0.05)):
-                gevent.sleep(0.05)
-                now = perf_counter()
-                if now - self._last_tick > FREEZE_S:
-                    self._frozen = True
-                self._last_tick = now
+            for _ in range(round(BATCH_INTERVAL_S / TICK_S)):
+                gevent.sleep(TICK_S)
+                self.freeze.tick()
             self.shipper.flush()

@@ -40,8 +40,16 @@ from llmload.core.protocol import (
     TokenGate,
 )
 from llmload.core.schedule import IndexLookup, LiveSchedule, Schedule, Scheduled
+from llmload.distributed.freeze import FreezeGuard
 from llmload.distributed.indices import IndexSet
-from llmload.distributed.master import WorkerState, alive_workers, due_parts, lose_worker
+from llmload.distributed.master import (
+    WorkerState,
+    alive_workers,
+    answer_resumed,
+    due_parts,
+    lose_worker,
+    revoke_from_lost,
+)
 from llmload.plugin.console import tell
 
 #: how long past ``--stop-timeout`` the master waits for the workers' final batches
@@ -70,6 +78,8 @@ class ClusterRole:
     control: Any
     #: worker: its first job of the test (its share and what the master's options decided)
     plan: Job | None
+    #: worker: after a freeze, asks the master which requests are still its own (registers llm_revoke)
+    freeze: FreezeGuard | None
     #: master: the cluster token's gate (every worker trusted without a token)
     gate: TokenGate | None
     #: master: each worker's last ``llm_live`` (in flight, perf_counter when it arrived)
@@ -92,6 +102,7 @@ class ClusterRole:
     def __init__(self) -> None:
         super().__init__()
         self.plan = None
+        self.freeze = None
         self.gate = None
         self.worker_live = {}
         self._start_wall = 0.0
@@ -124,6 +135,8 @@ class ClusterRole:
             self.runner.register_message(protocol.STOP, self.on_stop, concurrent=True)
             self.runner.register_message(protocol.SET_RATE, self.on_set)
             protocol.answer_challenge(self.runner, token, tell)
+            self.freeze = FreezeGuard(self.runner, tell, stop=lambda: self.control.stop.set())
+            gevent.spawn(self.freeze.tick_forever)
             gevent.spawn(self.ship_forever)
             gevent.spawn(self.report_live_forever)
         elif self.role == "master":  # type: ignore[attr-defined]
@@ -132,6 +145,7 @@ class ClusterRole:
             self.runner.register_message(protocol.DONE, self.on_done)
             self.runner.register_message(protocol.FINISHED, self.on_finished)
             self.runner.register_message(protocol.LIVE, self.on_live)
+            self.runner.register_message(protocol.RESUMED, self.on_resumed)
 
     def admitted_workers(self) -> list[Any]:
         """The connected workers that may get a share, by worker index: without a cluster token all of them;
@@ -231,6 +245,7 @@ class ClusterRole:
                     continue
                 line, parts = lose_worker(state, self.cluster.values(), alive)
                 tell(line)
+                revoke_from_lost(self.runner, state)
                 assert isinstance(self.schedule, Schedule)
                 for survivor, part in parts:
                     self.reassigned.update(part)
@@ -301,6 +316,13 @@ class ClusterRole:
             self._finished_workers.add(msg.node_id)
         self._maybe_finish()
 
+    def on_resumed(self, msg: Any, **_: Any) -> None:
+        """A worker that was frozen asks what is still its own (it may have been taken for lost meanwhile)."""
+        if self.gate is not None and not self.gate.trusted(msg.node_id):
+            return
+        answer = answer_resumed(self.cluster.get(msg.node_id), tell)
+        self.runner.send_message(protocol.REVOKE, answer.data(), client_id=msg.node_id)
+
     def on_live(self, msg: Any, **_: Any) -> None:
         self.worker_live[msg.node_id] = (Live.from_data(msg.data).in_flight, perf_counter())
 
@@ -308,10 +330,14 @@ class ClusterRole:
         """The first job of a test is this worker's share (kept until its users start); a later one holds more
         requests for its open loop (a lost worker's unsent ones), on the same run clock."""
         job = Job.from_data(msg.data)
+        if self.freeze is not None:
+            self.freeze.touch()
         if job.follows:  # a later part of the share: not a job of its own
             self.take_part(job)
             return
         if job.first:
+            if self.freeze is not None:
+                self.freeze.reset()
             self.plan = job
             self.headless = job.headless  # the master's web UI decides
             self.jobs_received = 1

@@ -268,6 +268,7 @@ class LocustRun(ShareRole, ClusterRole, RunState):
             if len(self.share):
                 self.sender_for(self.share[0])  # built now, not as the first request is due
             self.dispatcher = gevent.spawn(self._dispatch, plan.max_concurrency, index, count)
+            self.start_early_requests()
         elif self.headless:
             self.queue = RequestQueue(list(self.share))
         else:
@@ -293,7 +294,8 @@ class LocustRun(ShareRole, ClusterRole, RunState):
                                             control=self.control, start_at=self.start)
         else:
             self.tally = run_open_loop(self.feed or self.share, self.sender_for, self.sink, max_concurrency=max_concurrency,
-                                       control=self.control, start_at=self.start, on_dispatch=self._on_dispatch)
+                                       control=self.control, start_at=self.start, skip=self.skip_given_away(),
+                                       on_dispatch=self._on_dispatch)
         self._share_sent = True
         if not self.control.stop.is_set() and not self._more:
             self._share_done()

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gevent
@@ -23,10 +23,13 @@ class ShareRole:
     _more: list[gevent.Greenlet]
     _more_dispatched: int
     #: worker: the feed its open loop reads when its share comes in parts, parts that came before the test
-    #: started, and the requests of the later parts (each turn counted)
+    #: started, and the requests of the later parts and of lost workers (each turn counted)
     feed: RequestFeed | None
     early_parts: list[Job]
     parts_planned: int
+    #: worker: a lost worker's requests that came before this worker's test started
+    early_more: list[Sequence[Scheduled]]
+    freeze: Any
     share: Any
     finished: bool
     start: float
@@ -41,6 +44,7 @@ class ShareRole:
         self.feed = None
         self.early_parts = []
         self.parts_planned = 0
+        self.early_more = []
 
     @property
     def sink(self) -> Any:
@@ -67,18 +71,34 @@ class ShareRole:
         self.feed.add(part, job.more)
 
     def add_requests(self, requests: Sequence[Scheduled]) -> None:
-        """Send ``requests`` too, on this run's clock (a lost worker's unsent requests: most are overdue, and
-        go out at once). The share is finished again only when they are answered."""
-        if isinstance(self.share, list):
-            self.share.extend(requests)
-        else:
-            self.share = [*self.share, *requests]
+        """Send ``requests`` too, on this run's clock, in a loop of their own (a lost worker's unsent requests:
+        most are overdue, and go out at once); kept until the test starts. The share is finished again only
+        when they are answered. They never join the share's list: its loop may still be reading it, and would
+        send them a second time."""
+        if self.dispatcher is None:
+            self.early_more.append(requests)
+            return
+        self.parts_planned += request_count(requests)
         self.finished = False
         self._more.append(gevent.spawn(self._dispatch_more, requests))
 
+    def start_early_requests(self) -> None:
+        """The test started: send the lost workers' requests that came before it."""
+        early, self.early_more = self.early_more, []
+        for requests in early:
+            self.add_requests(requests)
+
+    def skip_given_away(self) -> Callable[[Scheduled], bool] | None:
+        """A worker's open loop asks, as each request is due, whether it is still its own: after a freeze the
+        master may have given it away (:mod:`llmload.distributed.freeze`). None elsewhere: nothing to ask."""
+        freeze = self.freeze
+        if freeze is None:
+            return None
+        return lambda request: not freeze.may_send(request)
+
     def _dispatch_more(self, requests: Sequence[Scheduled]) -> None:
         tally = run_open_loop(requests, self.sender_for, self.sink, control=self.control, start_at=self.start,
-                              on_dispatch=self._on_dispatch)
+                              skip=self.skip_given_away(), on_dispatch=self._on_dispatch)
         self._more_dispatched += tally.dispatched
         self._more.remove(gevent.getcurrent())
         if self._share_sent and not self._more and not self.control.stop.is_set():

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from support import (
     ChildProcesses,
+    assert_sent_once_but_the_batch_window,
     free_port,
     is_run_request,
     llmload_command,
@@ -470,20 +471,29 @@ def test_locust_workers_send_their_own_shares_of_the_prompts(locust_run: LocustR
 LOCUST_KILL_PROMPTS = 200
 
 
+def _start_locust_processes(procs: Procs, tmp_path: Path, name: str, prompts: int, rate: str, output_len: str,
+                            env: dict[str, str]) -> tuple[subprocess.Popen, Path, Path, Path, Path]:
+    """A simulator with a trace, then ``locust -f --processes 2`` in an open loop against it: the master
+    process, its stdout and stderr, the simulator's trace and the records file."""
+    sim_trace = tmp_path / f"{name}.sim.jsonl"
+    url = start_sim(procs, f"{name}-sim", "--ttft-ms", "20", "--itl-ms", "10", "--trace-file", str(sim_trace))
+    records_path = tmp_path / f"{name}.records.jsonl"
+    argv = locust_argv("-f", LOCUSTFILE, "--headless", "--host", url, "--processes", "2", "-t", "180s",
+                       "--arrival", "open", "--request-rate", rate, "--num-prompts", str(prompts),
+                       "--seed", "3", "--tokenizer", "builtin", "--sharegpt-output-len", output_len, "--ignore-eos",
+                       "--llm-records", str(records_path))
+    proc, out, err = procs.start(name, argv, env)
+    return proc, out, err, sim_trace, records_path
+
+
 def test_locust_processes_worker_killed_hands_its_unsent_requests_to_the_other(procs, tmp_path: Path) -> None:
     """As in llmload bench: the run completes, the loss is reported, the dead worker's unsent requests are sent
     by the other, each once, and every planned request is accounted for."""
     import psutil
 
-    sim_trace = tmp_path / "lkill.sim.jsonl"
-    url = start_sim(procs, "lkill-sim", "--ttft-ms", "20", "--itl-ms", "10", "--trace-file", str(sim_trace))
-    records_path = tmp_path / "lkill.records.jsonl"
-    argv = locust_argv("-f", LOCUSTFILE, "--headless", "--host", url, "--processes", "2", "-t", "180s",
-                       "--arrival", "open", "--request-rate", "20", "--num-prompts", str(LOCUST_KILL_PROMPTS),
-                       "--seed", "3", "--tokenizer", "builtin", "--sharegpt-output-len", "50", "--ignore-eos",
-                       "--llm-records", str(records_path))
     # the 10 s schedule goes to the workers in parts of 2 s: the kill hands over parts not yet sent as well
-    proc, out, err = procs.start("lkill", argv, offline_env({"LLMLOAD_PART_S": "2"}))
+    proc, out, err, sim_trace, records_path = _start_locust_processes(
+        procs, tmp_path, "lkill", LOCUST_KILL_PROMPTS, "20", "50", offline_env({"LLMLOAD_PART_S": "2"}))
     # ~10 s of schedule; kill once 40 requests have finished (a condition: a slow start-up shifts it)
     wait_for_lines(sim_trace, 40, proc, 90)
     workers = psutil.Process(proc.pid).children()
@@ -525,6 +535,42 @@ def test_locust_processes_worker_killed_hands_its_unsent_requests_to_the_other(p
     assert max(answered.values()) == 1, answered.most_common(3)
     assert set(ids) <= set(answered), set(ids) - set(answered)
     assert sum(1 for t in trace_lines(sim_trace) if t["received"] > t_kill) > 0
+
+
+LOCUST_FREEZE_PROMPTS = 48
+
+
+def test_locust_processes_worker_frozen_then_resumed_sends_nothing_twice(procs, tmp_path: Path) -> None:
+    """A ``locust -f`` worker whose heartbeats stop (SIGSTOP here; in CI a start-up that held a starved worker's
+    loop) is taken for lost and its unsent requests go to the other; when it wakes it asks the master before
+    sending more, and the other sends what it was given once. Seen in CI before the fix: 60 records of 30
+    requests (the survivor read the handed-over requests both from its share's list, which they had been
+    appended to, and from their own loop; the frozen worker sent its given-away share as well). The share goes
+    whole (a short run), not in parts, as it did there."""
+    import psutil
+
+    proc, out, err, sim_trace, records_path = _start_locust_processes(
+        procs, tmp_path, "lfreeze", LOCUST_FREEZE_PROMPTS, "4", "20", offline_env())
+    wait_for_lines(sim_trace, 8, proc, 90)  # ~12 s of schedule: freeze a worker ~2 s in
+    workers = psutil.Process(proc.pid).children()
+    assert len(workers) == 2, workers
+    frozen = workers[-1]
+    frozen.suspend()
+    t_stop = time.monotonic()
+    try:
+        wait_for_text(err, r"worker\d disappeared", proc, 60)  # Locust missed its heartbeats (~3 s)
+    finally:
+        frozen.resume()
+    rc = wait(proc, err, 150)
+    stdout, stderr = out.read_text(errors="replace"), err.read_text(errors="replace")
+    assert rc == 0, f"exit {rc}\n{stdout[-3000:]}\n{stderr[-3000:]}"
+    assert "this worker was frozen: asking the master" in stderr, stderr[-3000:]
+    assert re.search(r"worker\d is back after a freeze", stderr), stderr[-3000:]
+
+    # each request reached the server once, but for one or two of the batch window (2 req/s a worker)
+    twice = assert_sent_once_but_the_batch_window(sim_trace, LOCUST_FREEZE_PROMPTS, t_stop)
+    records = read_jsonl(records_path)
+    assert len(records) <= LOCUST_FREEZE_PROMPTS + len(twice), Counter(r["worker"] for r in records)
 
 
 def test_a_local_worker_that_dies_at_start_up_is_a_one_line_error_at_once(procs, tmp_path: Path) -> None:
