@@ -29,11 +29,12 @@ from contextlib import contextmanager, suppress
 from importlib import metadata
 from types import MappingProxyType
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import numpy as np
 
 from llmload.client.failures import CANCELLED, kind_of
+from llmload.common.urls import redact_url
 from llmload.exporter.collector import BucketCounts
 from llmload.exporter.metrics import TOKEN_BUCKETS
 from llmload.metrics.definitions import (
@@ -283,7 +284,7 @@ def push_run_metrics(endpoint: str, records: Iterable[Any], *, service_name: str
     start_ns = time.time_ns()
     url = endpoint.rstrip("/")
     url = url if url.endswith("/v1/metrics") else f"{url}/v1/metrics"
-    shown = _without_password(url)
+    shown = redact_url(url)
     try:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
         from opentelemetry.sdk.metrics.export import MetricExportResult
@@ -386,11 +387,3 @@ def _one_line(error: BaseException) -> str:
     text = text if len(text) <= 200 else f"{text[:197]}..."
     return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
-
-def _without_password(url: str) -> str:
-    """The URL as a warning may show it: ``user:password@`` becomes ``user:***@``."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))

@@ -229,6 +229,13 @@ def test_a_collector_that_refuses_is_one_warning(receive: Callable[..., Receiver
     assert len(receiver.requests) == 1  # sent, and not retried: a 500 is not a transient error
 
 
+def test_a_warning_never_shows_the_endpoints_password() -> None:
+    port = free_port()
+    warning = otlp.push_run_metrics(f"http://otel:s3cret-pw@127.0.0.1:{port}", run_records(), timeout_s=2.0)
+    assert warning is not None and "s3cret-pw" not in warning
+    assert f"http://otel:***@127.0.0.1:{port}/v1/metrics" in warning
+
+
 def test_a_collector_that_does_not_answer_is_one_warning_within_the_timeout(
         receive: Callable[..., Receiver]) -> None:
     receiver = receive(hang=True)
