@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import pairwise
 from typing import Any
 
 from llmload.energy.dcgm import GpuReading
+from llmload.servermetrics.summarize import increase
 
 #: memory use above this share of a GPU's memory is "near full" (a finding)
 FB_NEAR_FULL = 0.95
@@ -35,14 +35,6 @@ class GpuScrape:
     t: float
     wall: float
     gpus: dict[str, GpuReading]
-
-
-def counter_increase(values: Sequence[float]) -> float:
-    """A counter's increase over consecutive readings; a reading below the one before is a reset from 0."""
-    total = 0.0
-    for before, after in pairwise(values):
-        total += after - before if after >= before else after
-    return total
 
 
 def power_integral(times: Sequence[float], watts: Sequence[float]) -> float:
@@ -71,7 +63,7 @@ def gpu_summary(points: list[tuple[float, GpuReading]]) -> dict[str, Any]:
     _, counter = _column(points, "energy_mj")
     times, watts = _column(points, "power_w")
     if len(counter) >= 2:
-        out["energy_j"], out["energy_source"] = counter_increase(counter) / 1000.0, "counter"
+        out["energy_j"], out["energy_source"] = increase(counter) / 1000.0, "counter"
     elif len(watts) >= 2:
         out["energy_j"], out["energy_source"] = power_integral(times, watts), "power"
     span = points[-1][0] - points[0][0]
@@ -91,7 +83,7 @@ def gpu_summary(points: list[tuple[float, GpuReading]]) -> dict[str, Any]:
     for name in ("power_violation_us", "thermal_violation_us"):
         _, values = _column(points, name)
         if len(values) >= 2:
-            out[name] = counter_increase(values)
+            out[name] = increase(values)
     return out
 
 

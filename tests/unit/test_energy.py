@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from llmload.energy.dcgm import gpu_readings, has_energy
-from llmload.energy.summary import GpuScrape, counter_increase, energy_keys, findings, power_integral
+from llmload.energy.summary import GpuScrape, energy_keys, findings, power_integral
 from llmload.servermetrics.parse import parse_exposition
+from llmload.servermetrics.summarize import increase
 
 LABELS = ('gpu="{gpu}",UUID="GPU-9c2ad6ad-0d3c-11ee-be56-0242ac12000{gpu}",pci_bus_id="00000000:0{gpu}:00.0",'
           'device="nvidia{gpu}",modelName="NVIDIA H100 80GB HBM3",Hostname="node-7",'
@@ -61,8 +62,9 @@ def test_a_page_without_gpu_series_is_not_telemetry() -> None:
     ([7], 0),
     ([5, 5, 5], 0),
 ])
-def test_counter_increase_handles_resets(values: list[float], expected: float) -> None:
-    assert counter_increase(values) == expected
+def test_the_energy_counters_increase_handles_resets(values: list[float], expected: float) -> None:
+    """The energy counter's increase is the server counters' (one rule: a drop is a restart from 0)."""
+    assert increase(values) == expected
 
 
 def test_power_is_integrated_where_there_is_no_counter() -> None:
