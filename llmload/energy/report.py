@@ -12,6 +12,7 @@ import orjson
 
 from llmload.energy.dcgm import GpuReading
 from llmload.energy.summary import GpuScrape
+from llmload.servermetrics.store import series_path_for
 from llmload.summary.lines import float_line, heading, int_line
 
 #: the series file's suffix, in place of the records file's ``.records.jsonl``
@@ -45,9 +46,8 @@ def format_energy_block(energy: dict[str, Any]) -> str:
 
 
 def gpu_series_path(records_path: Path) -> Path:
-    name = records_path.name
-    stem = name[: -len(".records.jsonl")] if name.endswith(".records.jsonl") else records_path.stem
-    return records_path.with_name(stem + SERIES_SUFFIX)
+    """``X.gpu_metrics.jsonl`` beside the records, named as the server's series is."""
+    return series_path_for(records_path, SERIES_SUFFIX)
 
 
 def save_gpu_series(scrapes: Sequence[GpuScrape], records_path: Path, say: Callable[[str], None]) -> Path | None:

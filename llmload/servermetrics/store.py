@@ -37,13 +37,14 @@ FILE_RAW_LIMIT = 256
 SUFFIX = ".server_metrics.jsonl"
 
 
-def series_path_for(records_path: Path) -> Path:
-    """``X.records.jsonl`` (or ``X.records.parquet``, or the result ``X.json``) -> ``X.server_metrics.jsonl``."""
+def series_path_for(records_path: Path, suffix: str = SUFFIX) -> Path:
+    """``X.records.jsonl`` (or ``X.records.parquet``, or the result ``X.json``) -> ``X.server_metrics.jsonl``, or
+    ``X`` + another ``suffix`` (the GPU telemetry's)."""
     name = records_path.name
     for ending in (".records.jsonl", ".records.parquet", ".json"):
         if name.endswith(ending):
-            return records_path.with_name(name[: -len(ending)] + SUFFIX)
-    return records_path.with_name(records_path.stem + SUFFIX)
+            return records_path.with_name(name[: -len(ending)] + suffix)
+    return records_path.with_name(records_path.stem + suffix)
 
 
 def _number(value: float) -> float | str:

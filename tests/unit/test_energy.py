@@ -114,3 +114,14 @@ def test_findings_name_xid_errors_full_memory_and_an_idle_gpu_under_a_queue() ->
     assert any("memory near full" in line for line in said)
     assert any("busy 15 %" in line and "12 requests waited" in line for line in said)
     assert findings(keys) != said and not any("waited" in line for line in findings(keys))
+
+
+@pytest.mark.parametrize("records", ["run.records.jsonl", "run.records.parquet", "run.json"])
+def test_the_gpu_series_is_named_as_the_server_series_is(records: str, tmp_path) -> None:
+    """``X.gpu_metrics.jsonl`` beside ``X.server_metrics.jsonl``, whatever the records file is."""
+    from llmload.energy.report import gpu_series_path
+    from llmload.servermetrics.store import series_path_for
+
+    path = tmp_path / records
+    assert gpu_series_path(path) == tmp_path / "run.gpu_metrics.jsonl"
+    assert series_path_for(path) == tmp_path / "run.server_metrics.jsonl"
