@@ -28,6 +28,11 @@ def install(events: Any = None) -> None:
     # Import transformers now, before Locust forks --processes workers: a worker that spends seconds importing
     # inside test_start misses its heartbeats and the master declares it dead.
     import_transformers()
+    from locust import argument_parser
+
+    from llmload.plugin.locust_fixes import cache_default_args
+
+    cache_default_args(argument_parser)  # a worker's spawn message cost it seconds otherwise
     events.init_command_line_parser.add_listener(add_options)
     events.init.add_listener(_on_init)
     events.test_start.add_listener(_forward("on_test_start"))

@@ -111,3 +111,39 @@ def test_two_environments_do_not_share_records(start_sim) -> None:
     assert out == {"same_state": False, "first_after_first": 6, "first_ok": True, "second_after_first": 0,
                    "second_after_second": 6, "first_after_second": 6,  # untouched by the second run
                    "shared_records": 0, "in_flight": [0, 0]}, out
+
+
+#: a worker's handling of Locust's spawn message: the master's options that are not Locust's own are kept, each
+#: name tested against ``default_args_dict()``; prints how often Locust's parser was built for it
+_SPAWN_OPTION_FILTER = r"""
+import json
+from locust import argument_parser
+
+import llmload.locust  # noqa: F401  (installs llmload, as a locustfile's import does)
+
+master_options = vars(argument_parser.get_parser(default_config_files=[]).parse_args(["--headless"]))
+builds = []
+setup = argument_parser.setup_parser_arguments
+argument_parser.setup_parser_arguments = lambda *a, **k: (builds.append(1), setup(*a, **k))[1]
+kept = {k: v for k, v in master_options.items() if k not in argument_parser.default_args_dict()}
+first = argument_parser.default_args_dict()
+first["users"] = "changed by a caller"
+argument_parser.setup_parser_arguments = setup
+fresh = argument_parser.get_empty_argument_parser()
+setup(fresh)
+fresh._default_config_files = {}
+print(json.dumps({"options": len(master_options), "kept": len(kept), "builds": len(builds),
+                  "same_defaults": argument_parser.default_args_dict() == vars(fresh.parse([]))}))
+"""
+
+
+def test_a_workers_spawn_message_builds_locusts_parser_once() -> None:
+    """Locust rebuilt its whole parser per option name on each spawn message: with llmload's options, seconds
+    on a busy machine, so --processes workers began the schedule late (llmload/plugin/locust_fixes.py)."""
+    out = subprocess.run([sys.executable, "-c", _SPAWN_OPTION_FILTER], capture_output=True, text=True, timeout=120,
+                         env=offline_env())
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["kept"] >= 100 and report["options"] > report["kept"], report  # llmload's options are kept
+    assert report["builds"] <= 1, report
+    assert report["same_defaults"], report  # the same answer, and a caller's change to its copy stays there
