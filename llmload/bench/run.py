@@ -77,11 +77,13 @@ def run_worker(args: argparse.Namespace) -> int:
 def run_bench(args: argparse.Namespace) -> int:
     """``llmload bench``: validate everything, set up, initial test, run, report; see docs/reliability.md
     for the exit codes and what each signal does when."""
-    if args.worker:
-        return run_worker(args)
+    from llmload.processes.locust_import import import_locust
+
     # Locust monkey-patches the standard library with gevent on import: do it before anything else runs
     # (urllib, ssl and huggingface_hub imported first would stay unpatched).
-    import locust  # noqa: F401
+    import_locust()
+    if args.worker:
+        return run_worker(args)
 
     plan = RunPlan(args)
     return with_interrupts(lambda interrupts: _bench(plan, interrupts), "before the benchmark started")

@@ -22,14 +22,9 @@ def install(events: Any = None) -> None:
     if getattr(events, "llmload_plugin_installed", False):
         return
     events.llmload_plugin_installed = True
-    from llmload.options import add_options
-    from llmload.tokenizer.transformers_import import import_transformers
-
-    # Import transformers now, before Locust forks --processes workers: a worker that spends seconds importing
-    # inside test_start misses its heartbeats and the master declares it dead.
-    import_transformers()
     from locust import argument_parser
 
+    from llmload.options import add_options
     from llmload.plugin.locust_fixes import cache_default_args
 
     cache_default_args(argument_parser)  # a worker's spawn message cost it seconds otherwise

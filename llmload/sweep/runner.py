@@ -25,12 +25,13 @@ FigureWriter = Callable[[dict[str, Any], Path], int]
 
 
 def run_sweep(args: argparse.Namespace, write_figures: FigureWriter | None = None) -> int:
+    from llmload.processes.locust_import import import_locust
+
+    import_locust()  # Locust monkey-patches the standard library with gevent on import: before anything else runs
     if args.worker:  # a sweep's workers are bench workers: every point is a job from the master
         from llmload.bench.run import run_worker
 
         return run_worker(args)
-    # Locust monkey-patches the standard library with gevent on import: before anything else runs
-    import locust  # noqa: F401
 
     from llmload.bench.run import with_interrupts
 

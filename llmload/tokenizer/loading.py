@@ -105,6 +105,9 @@ def _from_pretrained(
     target: str, name: str, *, local_only: bool, trust_remote_code: bool, fast_class: bool = False
 ) -> Any:
     """``AutoTokenizer.from_pretrained`` with errors translated; ``fast_class`` skips the Auto lookup."""
+    from llmload.tokenizer.transformers_import import import_transformers
+
+    import_transformers()  # under Locust's monkey-patching too (a locustfile's own load_tokenizer call)
     try:
         from transformers.utils import logging as hf_logging
 

@@ -32,12 +32,14 @@ def test_import_registers_listeners_only() -> None:
         after = counts()
         greenlets = [g for g in __import__("gc").get_objects() if isinstance(g, gevent.Greenlet)]
         print(json.dumps({"added": {n: after[n] - before[n] for n in after if after[n] != before[n]},
-                          "threads": threading.active_count() - threads, "greenlets": len(greenlets)}))
+                          "threads": threading.active_count() - threads, "greenlets": len(greenlets),
+                          "transformers": "transformers" in __import__("sys").modules}))
     """)
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout.strip().splitlines()[-1])
-    assert report == {"added": EXPECTED_LISTENERS, "threads": 0, "greenlets": 0}, report
+    # transformers (~1 s of CPU) comes in only for a tokenizer that needs it, when the run loads it
+    assert report == {"added": EXPECTED_LISTENERS, "threads": 0, "greenlets": 0, "transformers": False}, report
 
 
 #: two environments in one child process (importing locust monkey-patches the interpreter with gevent, which
@@ -147,3 +149,34 @@ def test_a_workers_spawn_message_builds_locusts_parser_once() -> None:
     assert report["kept"] >= 100 and report["options"] > report["kept"], report  # llmload's options are kept
     assert report["builds"] <= 1, report
     assert report["same_defaults"], report  # the same answer, and a caller's change to its copy stays there
+
+
+#: ``import_locust`` in a fresh process: how many times the installed distributions were read while Locust (and
+#: gevent's monkey-patching) came in, and what was left behind
+_IMPORT_LOCUST = r"""
+import json, sys
+from importlib import metadata
+
+reads = []
+distributions = metadata.distributions
+metadata.distributions = lambda **k: (reads.append(1), distributions(**k))[1]
+entry_points = metadata.entry_points
+from llmload.processes.locust_import import import_locust
+
+import_locust()
+import gevent.monkey
+
+print(json.dumps({"reads": len(reads), "locust": "locust" in sys.modules,
+                  "patched": gevent.monkey.is_module_patched("socket"),
+                  "restored": metadata.entry_points is entry_points}))
+"""
+
+
+def test_import_locust_reads_the_installed_distributions_once() -> None:
+    """gevent looks up plugins for each module it patches; each lookup read every distribution again (~0.2 s of
+    CPU at each bench, worker and sweep start)."""
+    out = subprocess.run([sys.executable, "-c", _IMPORT_LOCUST], capture_output=True, text=True, timeout=120,
+                         env=offline_env())
+    assert out.returncode == 0, out.stderr[-3000:]
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report == {"reads": 1, "locust": True, "patched": True, "restored": True}, report
