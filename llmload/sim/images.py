@@ -27,8 +27,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from io import BytesIO
 
-from PIL import Image
-
 from llmload.sim.errors import bad_request, not_implemented
 
 #: pixels per token side: 14-pixel patches, merged 2×2 (Qwen2-VL's ``patch_size * merge_size``)
@@ -42,8 +40,6 @@ MAX_ASPECT_RATIO = 200
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>")
 #: a character base64 does not use (strict decoding refuses it)
 _NOT_BASE64 = re.compile(r"[^A-Za-z0-9+/=]")
-#: what Pillow raises for bytes it cannot read as an image (vLLM's ``ImageMediaIO.load_bytes`` catches these)
-_PIL_ERRORS = (OSError, SyntaxError, RuntimeError, ValueError, Image.DecompressionBombError)
 
 
 def smart_resize(height: int, width: int, min_pixels: int = MIN_PIXELS,
@@ -95,11 +91,15 @@ class LoadedImage:
 
 
 def load_bytes(raw: bytes) -> LoadedImage:
-    """Read the size from the image's header only (Pillow opens lazily; the pixels are never decoded)."""
+    """Read the size from the image's header only (Pillow opens lazily; the pixels are never decoded). Pillow is
+    imported here, with the first image: most simulators never see one, and the import is a tenth of their start."""
+    from PIL import Image
+
     try:
         with Image.open(BytesIO(raw)) as img:
             width, height = img.size
-    except _PIL_ERRORS as exc:
+    except (OSError, SyntaxError, RuntimeError, ValueError, Image.DecompressionBombError) as exc:
+        # what Pillow raises for bytes it cannot read as an image (vLLM's ``ImageMediaIO.load_bytes`` catches these)
         raise bad_request(_ADDRESS.sub(">", f"Failed to load image: {exc}")) from None
     return LoadedImage(width, height, hashlib.blake2b(raw, digest_size=8).hexdigest())
 

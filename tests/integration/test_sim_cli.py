@@ -130,3 +130,38 @@ def test_stops_cleanly_on_signal_right_after_listening(start_sim, sig, workers):
         assert not orphans, f"workers {orphans} outlived the simulator (exit {code})"
         assert code == 0, f"exit status {code}: the signal arrived before the simulator handled it"
         assert "Traceback" not in sim.stderr()
+
+
+def _loaded_libraries(pid: int) -> str:
+    return Path(f"/proc/{pid}/maps").read_text()
+
+
+def _chat(url: str, content: object) -> dict:
+    import json
+    import urllib.request
+
+    body = json.dumps({"model": "llmload-sim", "max_tokens": 3,
+                       "messages": [{"role": "user", "content": content}]}).encode()
+    request = urllib.request.Request(f"{url}/v1/chat/completions", body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def test_a_simulator_serves_text_without_numpy_or_pillow_and_loads_pillow_with_the_first_image(start_sim):
+    """Both cost a simulator's start more than the rest of it (numpy came with the option table's dataset names);
+    a text-only simulator needs neither. Read from the running process's mapped libraries."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    sim = start_sim("--ttft-ms", "1", "--itl-ms", "1")
+    assert _chat(sim.url, "hello")["usage"]["completion_tokens"] == 3
+    maps = _loaded_libraries(sim.proc.pid)
+    assert "_multiarray_umath" not in maps and "PIL/_imaging" not in maps, "numpy or Pillow loaded for text"
+    png = io.BytesIO()
+    Image.new("RGB", (56, 56), "red").save(png, format="PNG")
+    image = "data:image/png;base64," + base64.b64encode(png.getvalue()).decode()
+    answer = _chat(sim.url, [{"type": "text", "text": "what is this"}, {"type": "image_url", "image_url": {"url": image}}])
+    assert answer["usage"]["prompt_tokens"] > _chat(sim.url, "what is this")["usage"]["prompt_tokens"]
+    assert "PIL/_imaging" in _loaded_libraries(sim.proc.pid)
