@@ -20,14 +20,14 @@ def import_locust() -> None:
     if "locust" in sys.modules:
         return
     original = metadata.entry_points
-    scanned: list[metadata.EntryPoints] = []
+    scanned: list[Any] = []  # EntryPoints (SelectableGroups before Python 3.12): both have select()
 
-    def entry_points(**params: Any) -> metadata.EntryPoints:
+    def entry_points(**params: Any) -> Any:
         if not scanned:
             scanned.append(original())
         return scanned[0].select(**params) if params else scanned[0]
 
-    metadata.entry_points = entry_points  # type: ignore[assignment]
+    metadata.entry_points = entry_points
     try:
         import locust  # noqa: F401
     finally:
