@@ -17,10 +17,8 @@ simulator and ``llmload report`` start without the readers and numpy.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
-
 from llmload.common.choices import SESSION_DATASETS, TRACE_DATASETS, TRACE_FORMATS
+from llmload.common.lazy import lazy_names
 from llmload.datasets.base import SampleRequest, Tokenizer, token_len
 
 DATASET_NAMES = ("sharegpt", "random", "random-mm", "random-rerank", "prefix_repetition", "custom", "sonnet", "burstgpt", "spec_bench", "hf",
@@ -35,7 +33,6 @@ _EXPORTS = {
     "sharegpt": ("default_sharegpt_path", "load_conversations", "sample_sharegpt"),
     "traces": ("sample_trace",),
 }
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 
 __all__ = [
     "DATASET_NAMES",
@@ -55,14 +52,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'llmload.datasets' has no attribute {name!r}")
-    value = getattr(import_module(f"llmload.datasets.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS, globals(), __all__)

@@ -21,8 +21,7 @@ Names load on first use: the simulator imports :mod:`llmload.metrics.percentiles
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from llmload.common.lazy import lazy_names
 
 _EXPORTS = {
     "accumulator": ("MetricsAccumulator", "LIVE_PERCENTILES"),
@@ -45,18 +44,6 @@ _EXPORTS = {
     "slices": ("time_slices",),
     "slos": ("parse_goodput", "split_slos", "slos_for", "check_slos", "form_items"),
 }
-_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
+__all__ = sorted(name for names in _EXPORTS.values() for name in names)
 
-__all__ = sorted(_WHERE)
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'llmload.metrics' has no attribute {name!r}")
-    value = getattr(import_module(f"llmload.metrics.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_names(__name__, _EXPORTS, globals(), __all__)
