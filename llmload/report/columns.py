@@ -131,7 +131,8 @@ def _ratio(gaps: np.ndarray | None) -> float:
     """ITL₁ / median(ITL₂..ITL₄), for a request with at least 3 ITLs and a non-zero median; else NaN."""
     if gaps is None or gaps.size < 3:
         return _NAN
-    nxt = float(np.median(gaps[1:4]))
+    later = sorted(gaps[1:4].tolist())  # 2 or 3 values: np.median's answer without its cost per request
+    nxt = later[1] if len(later) == 3 else (later[0] + later[1]) / 2
     return float(gaps[0]) / nxt if nxt > 0 else _NAN
 
 

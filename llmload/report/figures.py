@@ -185,9 +185,9 @@ def fig_timeline(plt, stats):
         y = np.arange(order.size) * step
         send, first, last = c.start[order] - t0, c.first_token[order] - t0, c.end[order] - t0
         ok = ~np.isnan(first)
-        ax.hlines(y[ok], send[ok], first[ok], color="#bbbbbb", linewidth=1, label="send → first token")
+        _hlines(ax, y[ok], send[ok], first[ok], "#bbbbbb", "send → first token")
         ok2 = ok & ~np.isnan(last)
-        ax.hlines(y[ok2], first[ok2], last[ok2], color=colour(i), linewidth=1, label="first → last token")
+        _hlines(ax, y[ok2], first[ok2], last[ok2], colour(i), "first → last token")
         bad = ~c.success[order]
         if bad.any():
             ax.plot(send[bad], y[bad], "x", color="#d62728", markersize=4, label="failed (at send)")
@@ -198,6 +198,20 @@ def fig_timeline(plt, stats):
     axes[-1, 0].set_xlabel("time since the first send (s)")
     fig.tight_layout()
     return fig
+
+
+def _hlines(ax, y: np.ndarray, start: np.ndarray, end: np.ndarray, color: str, label: str) -> None:
+    """``ax.hlines`` drawn the same (pixel for pixel), from plain arrays: hlines builds its segments as masked
+    arrays and reads them back one segment at a time, a third of a compare's CPU for a timeline's 20,000 lines."""
+    from matplotlib.collections import LineCollection
+
+    segments = np.empty((y.size, 2, 2))
+    segments[:, 0, 0], segments[:, 1, 0] = start, end
+    segments[:, :, 1] = y[:, None]
+    ax.add_collection(LineCollection(segments, colors=color, linewidths=1, label=label), autolim=False)
+    if y.size:
+        ax.update_datalim([(min(start.min(), end.min()), y.min()), (max(start.max(), end.max()), y.max())])
+        ax.autoscale_view()
 
 
 def _bucket(stats: list[RunStats]) -> float:

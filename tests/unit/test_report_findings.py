@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from llmload.client.records import RequestRecord
@@ -102,3 +103,12 @@ def test_table_differences_and_tpot_gap_finding():
     # TPOT: a = 30 ms, b = (0.33 + 19*0.03)/20 = 45 ms (+50%); excl. ITL₁ both 30 ms (+0%)
     found = compare_findings([base, other], 0)
     assert len(found) == 1 and "mean TPOT +50%" in found[0].detail and "excl. 1st ITL +0%" in found[0].detail
+
+
+@pytest.mark.parametrize("later", [[0.02, 0.04], [0.05, 0.01, 0.03], [0.03, 0.01, 0.02, 9.0], [0.0, 0.0, 0.0]])
+def test_the_stall_ratio_is_itl1_over_the_median_of_the_next_three(later):
+    """Per request: ITL₁ / median(ITL₂..ITL₄) (numpy's median of 2 or 3 values), NaN for a zero median."""
+    s = stats([rec(0.0, 0.05, [0.3, *later])])
+    expected = 0.3 / float(np.median(later[:3])) if np.median(later[:3]) > 0 else np.nan
+    # (the gaps come back from cumulative chunk times: equal to the last bits)
+    np.testing.assert_allclose(s.columns.itl1_vs_next, [expected], rtol=1e-12, equal_nan=True)
