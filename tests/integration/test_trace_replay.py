@@ -22,9 +22,12 @@ pytestmark = pytest.mark.slow
 
 TRACE = Path(__file__).resolve().parents[1] / "data" / "azure_conv_excerpt.csv"
 START_S, DURATION_S, SCALE = 0.0, 300.0, 20.0
-#: p99 of |achieved send offset - scaled trace offset|: a loaded machine running the suite in parallel was seen at
-#: 135 ms; a wrong schedule is seconds off
-BOUND_MS = 500.0
+#: |achieved send offset - scaled trace offset|, median and p99. A wrong schedule (another scale, another origin,
+#: sends not spread over the trace) is seconds off at the median and beyond; a starved client is late in bursts
+#: and only at the tail: the suite in parallel was seen at p50 1.6 ms with a p99 of 135 ms, and of 611 ms in a fresh
+#: clone whose children were compiling their bytecode meanwhile (schedule lag p99 591 ms: the client waited for a core)
+MEDIAN_BOUND_MS = 50.0
+P99_BOUND_MS = 2000.0
 #: fixed timing and 16 tokens per chunk: the simulator keeps up with ~100 req/s of ~250-token answers
 SIM_ARGS = "--ttft-ms 5 --itl-ms 2 --tokens-per-chunk 16"
 
@@ -83,7 +86,8 @@ def test_azure_conversation_trace_replay_5_minutes_at_20x(tmp_path: Path) -> Non
         f"missing: {sorted(set(win.index) - set(ids))[:5]}, unexpected: {sorted(set(ids) - set(win.index))[:5]}")
     assert all(r["success"] for r in records)
 
-    # send times follow the scaled trace: the schedule exactly, the achieved sends within BOUND_MS at p99
+    # send times follow the scaled trace: the schedule exactly, the achieved sends within MEDIAN_BOUND_MS at the
+    # median and P99_BOUND_MS at p99
     offset = win.loc[ids, "offset"].to_numpy()
     intended = np.array([r["intended_send"] for r in records])
     origin = intended - offset
@@ -124,4 +128,5 @@ def test_azure_conversation_trace_replay_5_minutes_at_20x(tmp_path: Path) -> Non
                f"dispatched - intended send (schedule lag): {_stats(dispatch_err_ms)}\n"
                f"server received - intended send: {_stats(np.asarray(received_err))}")
     print(numbers)
-    assert np.percentile(np.abs(send_err_ms), 99) <= BOUND_MS, f"sends off the scaled trace:\n{numbers}"
+    assert np.median(np.abs(send_err_ms)) <= MEDIAN_BOUND_MS, f"sends off the scaled trace:\n{numbers}"
+    assert np.percentile(np.abs(send_err_ms), 99) <= P99_BOUND_MS, f"sends off the scaled trace:\n{numbers}"
