@@ -17,7 +17,7 @@ from llmload.core.protocol import BATCH_INTERVAL_S, Done, Job, Stop
 from llmload.core.run import send_share
 from llmload.core.schedule import Scheduled
 from llmload.core.sink import BatchShipper
-from llmload.distributed.freeze import TICK_S, FreezeGuard
+from llmload.distributed.freeze import FreezeGuard
 
 
 class BenchWorker:
@@ -82,6 +82,7 @@ class BenchWorker:
         self._jobs.append(gevent.spawn(self._run_job, job, requests))
         if self._flusher is None:
             self._flusher = gevent.spawn(self._flush_loop)
+            gevent.spawn(self.freeze.tick_forever)
 
     def _take_part(self, job: Job) -> None:
         """A later part of the running share: into its loop (none open: the job stopped, the part is not sent)."""
@@ -136,7 +137,5 @@ class BenchWorker:
 
     def _flush_loop(self) -> None:
         while True:
-            for _ in range(round(BATCH_INTERVAL_S / TICK_S)):
-                gevent.sleep(TICK_S)
-                self.freeze.tick()
+            gevent.sleep(BATCH_INTERVAL_S)
             self.shipper.flush()
