@@ -275,8 +275,7 @@ class Run:
         their session's ``workload`` instead). DatasetError/TokenizerError: one line."""
         from llmload.datasets import load_samples
         from llmload.options import prompt_count
-        from llmload.tokenizer import BUILTIN, load_counting_tokenizer
-        from llmload.tokenizer.transformers_import import import_transformers
+        from llmload.tokenizer import load_counting_tokenizer
 
         opts, target = self.options, self.target
         num_prompts = self.num_prompts = prompt_count(opts, simulator=target.simulator)
@@ -284,8 +283,6 @@ class Run:
             num_prompts += extra
         self.log(f"Loading tokenizer {target.tokenizer_id!r} and {num_prompts or 'all'} prompts from the "
                  f"{opts.dataset_name} dataset")
-        if target.tokenizer_id != BUILTIN:
-            import_transformers()
         tokenizer = load_counting_tokenizer(target.tokenizer_id,
                                             trust_remote_code=bool(getattr(opts, "trust_remote_code", False)))
         samples = load_samples(opts.dataset_name, getattr(opts, "dataset_path", None) or None, tokenizer,
